@@ -1,0 +1,123 @@
+{{/*
+Names and labels shared by every template. The fullname is the release name when it already
+contains the chart name, so `helm install trimtab` yields Service trimtab, the address that
+`trimtab envoy-bootstrap` and deploy/envoy/ point Envoys at.
+*/}}
+{{- define "trimtab.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "trimtab.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "trimtab.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "trimtab.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trimtab.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "trimtab.labels" -}}
+helm.sh/chart: {{ include "trimtab.chart" . }}
+{{ include "trimtab.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: trimtab
+{{- end }}
+
+{{- define "trimtab.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "trimtab.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "trimtab.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+`trimtab run` arguments. Exactly one of --all-namespaces or --namespace (repeated).
+*/}}
+{{- define "trimtab.args" -}}
+- run
+{{- if .Values.watch.allNamespaces }}
+- --all-namespaces
+{{- else }}
+{{- range .Values.watch.namespaces }}
+- --namespace={{ . }}
+{{- end }}
+{{- end }}
+- --liveness-port={{ .Values.ports.liveness }}
+- --metrics-port={{ .Values.ports.metrics }}
+- --xds-port={{ .Values.ports.xds }}
+- --log-format={{ .Values.operator.logFormat }}
+{{- range .Values.operator.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Rules for the namespaces whose pools trimtab balances: a ClusterRole when it watches all of
+them, one Role per namespace otherwise. docs/install.md lists the same rules and
+tests/chart/test_rbac.py keeps the two equal.
+*/}}
+{{- define "trimtab.poolRules" -}}
+# The pool's members: membership, IPs, readiness. trimtab never changes pods.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+# kopf patches the pool itself for its finalizer and progress annotations.
+- apiGroups: [trimtab.io]
+  resources: [inferencepools]
+  verbs: [get, list, watch, patch]
+- apiGroups: [trimtab.io]
+  resources: [inferencepools/status]
+  verbs: [patch]
+# kopf posts core/v1 Events (it does not use events.k8s.io); patch lets repeats aggregate.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- if .Values.rbac.readSecrets }}
+# Prometheus bearer tokens named by spec.metrics.prometheus.bearerTokenSecretRef.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
+{{- if .Values.targets.envoyFile.enabled }}
+# envoyFile target: ClusterLoadAssignment ConfigMaps that file-EDS Envoys mount.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update, patch]
+{{- end }}
+{{- if .Values.targets.gatewayAPI.enabled }}
+# gatewayAPI target: a selector-less Service per pod plus its EndpointSlice, and the
+# HTTPRoute's backendRefs (replaced as a whole list, guarded by resourceVersion).
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, list, watch, update, patch]
+{{- end }}
+{{- end }}

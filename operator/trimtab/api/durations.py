@@ -1,0 +1,90 @@
+"""Kubernetes-style durations ("500ms", "2s", "1m30s") as a pydantic type.
+
+The CRD stores durations as strings, the way Kubernetes users write them; the code works in
+seconds. :data:`Duration` validates the string, keeps it for serialisation (so a round trip
+prints what the user wrote) and exposes the seconds through :func:`seconds`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
+
+__all__ = ["DURATION_PATTERN", "Duration", "DurationValue", "format_duration", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+DURATION_PATTERN = r"^(\d+(\.\d+)?(ms|s|m|h))+$"
+_WHOLE = re.compile(DURATION_PATTERN)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Kubernetes/Go-style duration such as ``"1m30s"`` or ``"500ms"``."""
+    if not _WHOLE.match(text):
+        raise ValueError(
+            f"invalid duration {text!r}: use a number with a unit ms, s, m or h, e.g. 500ms, 2s, 1m"
+        )
+    return sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling of ``seconds`` in whole ms, s, m or h."""
+    millis = round(seconds * 1000)
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if millis and millis % size == 0:
+            return f"{millis // size}{unit}"
+    return f"{millis}ms"
+
+
+class DurationValue(float):
+    """Seconds as a float that remembers how the user spelled it."""
+
+    text: str
+
+    def __new__(cls, text: str) -> DurationValue:
+        value = super().__new__(cls, parse_duration(text))
+        value.text = text
+        return value
+
+    def __repr__(self) -> str:
+        return f"Duration({self.text!r})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        def validate(raw: Any) -> DurationValue:
+            if isinstance(raw, DurationValue):
+                return raw
+            if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+                raise PydanticCustomError(
+                    "duration_type", "a duration must be a string such as 500ms, 2s or 1m"
+                )
+            if isinstance(raw, int | float):
+                if raw < 0:
+                    raise PydanticCustomError("duration_negative", "a duration cannot be negative")
+                return cls(format_duration(float(raw)))
+            try:
+                return cls(raw)
+            except ValueError as exc:
+                raise PydanticCustomError("duration_format", str(exc)) from None
+
+        return core_schema.no_info_plain_validator_function(
+            validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda value: value.text, when_used="always"
+            ),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "string", "pattern": DURATION_PATTERN}
+
+
+Duration = Annotated[DurationValue, "duration"]

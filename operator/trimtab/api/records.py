@@ -1,0 +1,113 @@
+"""Internal records passed between the layers: what was observed and what was decided.
+
+These frozen dataclasses are the contract between ``metrics`` (which produces
+:class:`PodSample`), ``policy`` (which turns :class:`PodInput` into a :class:`Decision`) and
+``targets`` / the status writer (which consume a :class:`Decision`). They hold plain numbers and
+strings only, so the same policy code runs in the operator and in the fleet simulator.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NewType
+
+__all__ = [
+    "Decision",
+    "Endpoint",
+    "PodDecision",
+    "PodInput",
+    "PodName",
+    "PodSample",
+    "PodState",
+    "PoolKey",
+]
+
+PodName = NewType("PodName", str)
+
+
+class PodState(enum.StrEnum):
+    """How the policy treats one pod in a decision."""
+
+    SERVING = "Serving"
+    """Normal member: weight follows its headroom."""
+    WARMING = "Warming"
+    """Recently ready: weight ramps up over ``slowStart``."""
+    DRAINING = "Draining"
+    """Preempting or saturated: weight held at the floor until it recovers."""
+    STALE = "Stale"
+    """Metrics missing or older than ``staleAfter``: weight decays towards equal."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a pool member receives traffic."""
+
+    name: PodName
+    """Pod name, or the static endpoint's name."""
+    address: str
+    """IPv4/IPv6 address or hostname."""
+    port: int
+    """Serving port (1..65535)."""
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """One pod's load as read from its engine's metrics. ``None`` means the series was missing."""
+
+    running: float | None = None
+    """Requests in the running batch (e.g. ``vllm:num_requests_running``)."""
+    waiting: float | None = None
+    """Requests queued inside the engine (e.g. ``vllm:num_requests_waiting``)."""
+    kv_usage: float | None = None
+    """KV-cache occupancy as a fraction, 0..1."""
+    preemption_rate: float | None = None
+    """Preemptions per second over the last window (rate of a counter)."""
+    age_s: float | None = None
+    """Seconds between the sample being taken and the decision; ``None`` when unknown."""
+
+
+@dataclass(frozen=True)
+class PodInput:
+    """Everything the policy knows about one Ready member at decision time."""
+
+    name: PodName
+    ready_for_s: float
+    """Seconds since the pod became Ready (drives slow start); ``inf`` for static endpoints."""
+    sample: PodSample | None = None
+    """Latest metrics, or ``None`` when none were ever read."""
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    """What the policy decided for one pod."""
+
+    name: PodName
+    weight: int
+    """Envoy load-balancing weight, >= 1 for every Ready pod."""
+    max_in_flight: int
+    """Per-pod in-flight cap (Envoy ``per_host_thresholds.max_connections``), >= 1."""
+    state: PodState
+    reason: str
+    """Short human-readable explanation, e.g. ``"kv 0.93 > 0.90"``."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A whole pool's weights and caps. Never empty of weight: at least one pod has weight > 0."""
+
+    pods: tuple[PodDecision, ...] = field(default_factory=tuple)
+
+    def by_name(self) -> dict[PodName, PodDecision]:
+        return {pod.name: pod for pod in self.pods}
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """Identifies a pool: ``namespace/name`` (local mode uses the namespace from its file)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -1,0 +1,505 @@
+"""The InferencePool spec (``trimtab.io/v1alpha1``) as pydantic v2 models.
+
+These models are the single source of truth for the API: the CRD's OpenAPI schema is
+generated from them (see :mod:`trimtab.api.crd`), the operator validates every pool with them,
+and local mode reads its pools file through them. Field names are camelCase on the wire and
+snake_case in Python. Every rule that the CRD cannot express is enforced here, with a message
+that names the field and says what is allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Any, Self
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from trimtab.api.durations import Duration, DurationValue
+
+__all__ = [
+    "AppProtocol",
+    "CustomMetrics",
+    "Engine",
+    "EnvoyFileTarget",
+    "EnvoyTarget",
+    "GatewayAPITarget",
+    "InferencePoolSpec",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "MetricsSource",
+    "MetricsSpec",
+    "PolicySpec",
+    "PrometheusSpec",
+    "RetryOn",
+    "RetrySpec",
+    "SecretKeyRef",
+    "SelectorOperator",
+    "StaticEndpoint",
+    "Target",
+    "TargetPort",
+]
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Envoy cluster names are free-form, but keeping them DNS-like avoids quoting surprises in
+# stats names and in the generated bootstrap.
+_CLUSTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+
+Port = Annotated[int, Field(ge=1, le=65535, description="TCP port, 1..65535.")]
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL)]
+
+
+class _Model(BaseModel):
+    """Base: camelCase aliases on the wire, unknown fields rejected, values immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+    )
+
+
+class SelectorOperator(enum.StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(_Model):
+    """One ``matchExpressions`` entry, as in ``metav1.LabelSelectorRequirement``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.operator in ['In', 'NotIn']"
+                    " ? (has(self.values) && size(self.values) > 0)"
+                    " : (!has(self.values) || size(self.values) == 0)",
+                    "message": "In/NotIn need values; Exists/DoesNotExist take none",
+                }
+            ]
+        }
+    )
+
+    key: str = Field(min_length=1, max_length=317, description="Label key.")
+    operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(
+        default_factory=list,
+        description="Values for In/NotIn (at least one); must be empty for Exists/DoesNotExist.",
+    )
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> Self:
+        needs_values = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        if needs_values and not self.values:
+            raise ValueError(f"operator {self.operator.value} needs at least one value in values")
+        if not needs_values and self.values:
+            raise ValueError(f"operator {self.operator.value} takes no values; remove values")
+        return self
+
+
+class LabelSelector(_Model):
+    """Pods of the pool, as in ``metav1.LabelSelector``. An empty selector is refused."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0)"
+                    " || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+                    "message": "selector must have matchLabels or matchExpressions",
+                }
+            ]
+        }
+    )
+
+    match_labels: dict[str, Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(
+        default_factory=dict, description="Labels a pod must carry, all of them."
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="Set-based requirements, all of them."
+    )
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Self:
+        if not self.match_labels and not self.match_expressions:
+            raise ValueError(
+                "selector must have matchLabels or matchExpressions; "
+                "an empty selector would select every pod in the namespace"
+            )
+        return self
+
+
+class StaticEndpoint(_Model):
+    """A replica outside Kubernetes (a VM, a docker-compose service)."""
+
+    name: Name = Field(description="Unique name of the replica (a DNS label).")
+    address: str = Field(
+        min_length=1, max_length=253, description="IP address or hostname of the replica."
+    )
+    port: Port
+
+    @field_validator("address")
+    @classmethod
+    def _address_shape(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9.:\-\[\]]+", value):
+            raise ValueError("address must be an IP address or a hostname")
+        return value
+
+
+class TargetPort(_Model):
+    number: Port
+
+
+class AppProtocol(enum.StrEnum):
+    HTTP = "http"
+    """HTTP/1.1 to the replicas: per-pod caps are exact (one request per connection)."""
+    H2C = "h2c"
+    """HTTP/2 without TLS: caps count connections, not requests (see docs)."""
+
+
+class Engine(enum.StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    TRTLLM = "trtllm"
+    TRITON_TRTLLM = "triton-trtllm"
+    CUSTOM = "custom"
+
+
+class MetricsSource(enum.StrEnum):
+    PROMETHEUS = "prometheus"
+    DIRECT = "direct"
+
+
+class SecretKeyRef(_Model):
+    """A key in a Secret in the pool's namespace."""
+
+    name: Name = Field(description="Secret name.")
+    key: str = Field(min_length=1, max_length=253, description="Key inside the Secret.")
+
+
+class PrometheusSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.bearerTokenSecretRef) && has(self.bearerTokenFile))",
+                    "message": "give bearerTokenSecretRef or bearerTokenFile, not both",
+                }
+            ]
+        }
+    )
+    url: AnyHttpUrl = Field(description="Base URL of the Prometheus HTTP API, http or https.")
+    bearer_token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Bearer token read from a Secret key."
+    )
+    bearer_token_file: str | None = Field(
+        default=None, min_length=1, description="Bearer token read from a file in the operator."
+    )
+    insecure_skip_verify: bool = Field(
+        default=False, description="Skip TLS certificate verification (not recommended)."
+    )
+    timeout: Duration = Field(
+        default=DurationValue("5s"), description="Timeout of one query. Default 5s."
+    )
+    namespace_label: str = Field(
+        default="namespace", pattern=_METRIC_NAME, description="Label holding the pod namespace."
+    )
+    pod_label: str = Field(
+        default="pod", pattern=_METRIC_NAME, description="Label holding the pod name."
+    )
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> Self:
+        if self.bearer_token_secret_ref is not None and self.bearer_token_file is not None:
+            raise ValueError("give bearerTokenSecretRef or bearerTokenFile, not both")
+        return self
+
+
+class CustomMetrics(_Model):
+    """Metric names for ``engine: custom`` (gauges, except ``preemptions`` which is a counter)."""
+
+    running: str = Field(pattern=_METRIC_NAME, description="Gauge of running requests.")
+    waiting: str = Field(pattern=_METRIC_NAME, description="Gauge of queued requests.")
+    kv_usage: str | None = Field(
+        default=None, pattern=_METRIC_NAME, description="Gauge of KV-cache usage, 0..1."
+    )
+    preemptions: str | None = Field(
+        default=None, pattern=_METRIC_NAME, description="Counter of preemptions."
+    )
+
+
+class MetricsSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "duration(self.staleAfter) >= duration(self.interval)",
+                    "message": "staleAfter must be at least interval",
+                },
+                {
+                    "rule": "self.source != 'prometheus' || has(self.prometheus)",
+                    "message": "source prometheus needs metrics.prometheus with a url",
+                },
+            ]
+        }
+    )
+    source: MetricsSource = Field(
+        default=MetricsSource.DIRECT,
+        description="prometheus (PromQL, batched per pool) or direct (scrape each pod).",
+    )
+    interval: Duration = Field(
+        default=DurationValue("2s"), description="How often to read metrics and decide. >= 100ms."
+    )
+    stale_after: Duration = Field(
+        default=DurationValue("15s"),
+        description="Samples older than this are stale; weights then decay to equal.",
+    )
+    path: str = Field(
+        default="/metrics", pattern=r"^/.*$", description="Path scraped by the direct source."
+    )
+    port: Port | None = Field(
+        default=None, description="Port scraped by the direct source; default: first target port."
+    )
+    prometheus: PrometheusSpec | None = Field(
+        default=None, description="Required when source is prometheus."
+    )
+    custom: CustomMetrics | None = Field(
+        default=None, description="Metric names; required when engine is custom."
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_floor(cls, value: DurationValue) -> DurationValue:
+        if value < 0.1:
+            raise ValueError(f"interval {value.text} is too short: use at least 100ms")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.stale_after < self.interval:
+            raise ValueError(
+                f"staleAfter ({self.stale_after.text}) must be at least interval "
+                f"({self.interval.text})"
+            )
+        if self.source is MetricsSource.PROMETHEUS and self.prometheus is None:
+            raise ValueError("source prometheus needs metrics.prometheus with a url")
+        return self
+
+
+class PolicySpec(_Model):
+    """Knobs of the balancing policy (docs/policy.md explains each)."""
+
+    max_in_flight_per_pod: int = Field(
+        default=64, ge=1, le=100_000, description="Ceiling of the per-pod in-flight cap."
+    )
+    slow_start: Duration = Field(
+        default=DurationValue("60s"), description="Ramp-up time of a newly Ready pod; 0s: off."
+    )
+    kv_high_watermark: float = Field(
+        default=0.9, gt=0, le=1, description="KV usage treated as full (no headroom), 0..1."
+    )
+    active_request_bias: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Envoy least-request bias; 0 makes Envoy follow the weights exactly.",
+    )
+    choice_count: int = Field(
+        default=2, ge=2, le=100, description="Hosts Envoy samples per pick (least-request P2C)."
+    )
+    max_pending_requests: int = Field(
+        default=1024, ge=1, le=1_000_000, description="Cluster-wide bound of Envoy's pending queue."
+    )
+
+
+class RetryOn(enum.StrEnum):
+    CONNECT_FAILURE = "connect-failure"
+    RESET = "reset"
+    REFUSED_STREAM = "refused-stream"
+    RESET_BEFORE_REQUEST = "reset-before-request"
+
+
+class RetrySpec(_Model):
+    """Retries at the proxy, bounded by a budget so a saturated fleet is not doubled up."""
+
+    budget_percent: float = Field(
+        default=10.0, ge=0, le=100, description="Retries as a percent of active requests."
+    )
+    min_concurrency: int = Field(
+        default=3, ge=0, le=10_000, description="Retries always allowed regardless of budget."
+    )
+    num_retries: int = Field(default=1, ge=0, le=10, description="Retries per request.")
+    retry_on: list[RetryOn] = Field(
+        default=[RetryOn.CONNECT_FAILURE, RetryOn.RESET],
+        description="Failures that are retried; never timeouts by default.",
+    )
+
+
+class EnvoyTarget(_Model):
+    """Served by trimtab's built-in xDS server as a Cluster plus its endpoints."""
+
+    cluster: str = Field(
+        min_length=1, max_length=200, pattern=_CLUSTER_NAME, description="Envoy cluster name."
+    )
+
+
+class EnvoyFileTarget(_Model):
+    """A ClusterLoadAssignment written to a ConfigMap or a file, for file-based EDS."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.configMap) != has(self.path)",
+                    "message": "envoyFile needs exactly one of configMap or path",
+                }
+            ]
+        }
+    )
+
+    cluster: str = Field(
+        min_length=1, max_length=200, pattern=_CLUSTER_NAME, description="Envoy cluster name."
+    )
+    config_map: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=_DNS_SUBDOMAIN,
+        description="ConfigMap in the pool's namespace.",
+    )
+    path: str | None = Field(
+        default=None, pattern=r"^/.+", description="Absolute file path (sidecar or local mode)."
+    )
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> Self:
+        if (self.config_map is None) == (self.path is None):
+            raise ValueError("envoyFile needs exactly one of configMap or path")
+        return self
+
+
+class GatewayAPITarget(_Model):
+    """Per-pod backends of a Gateway API HTTPRoute."""
+
+    http_route: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=_DNS_SUBDOMAIN,
+        alias="httpRoute",
+        description="HTTPRoute in the pool's namespace.",
+    )
+
+
+class Target(_Model):
+    """Where decisions go: exactly one of envoy, envoyFile or gatewayAPI per entry."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "[has(self.envoy), has(self.envoyFile), has(self.gatewayAPI)]"
+                    ".filter(x, x).size() == 1",
+                    "message": "each target needs exactly one of envoy, envoyFile or gatewayAPI",
+                }
+            ]
+        }
+    )
+
+    envoy: EnvoyTarget | None = None
+    envoy_file: EnvoyFileTarget | None = None
+    gateway_api: GatewayAPITarget | None = Field(default=None, alias="gatewayAPI")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        given = [v for v in (self.envoy, self.envoy_file, self.gateway_api) if v is not None]
+        if len(given) != 1:
+            raise ValueError("each target needs exactly one of envoy, envoyFile or gatewayAPI")
+        return self
+
+
+class InferencePoolSpec(_Model):
+    """Desired state of an InferencePool: its members, metrics, policy, retries and targets."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.selector) != has(self.endpoints)",
+                    "message": "give exactly one of selector (pods) or endpoints (static replicas)",
+                },
+                {
+                    "rule": "self.engine != 'custom'"
+                    " || (has(self.metrics) && has(self.metrics.custom))",
+                    "message": "engine custom needs metrics.custom with the metric names",
+                },
+            ]
+        }
+    )
+
+    selector: LabelSelector | None = Field(
+        default=None, description="Pods of the pool (in its namespace). Exclusive with endpoints."
+    )
+    endpoints: list[StaticEndpoint] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="Static replicas outside Kubernetes. Exclusive with selector.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    target_ports: list[TargetPort] = Field(
+        default=[TargetPort(number=8000)],
+        min_length=1,
+        max_length=8,
+        description="Serving port(s) of the pods. Default [8000].",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["number"],
+        },
+    )
+    app_protocol: AppProtocol = Field(
+        default=AppProtocol.HTTP, description="Protocol to the replicas: http or h2c."
+    )
+    engine: Engine = Field(
+        default=Engine.VLLM,
+        description="Serving engine, which sets the metric names; custom needs metrics.custom.",
+    )
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, json_schema_extra={"default": {}})
+    policy: PolicySpec = Field(default_factory=PolicySpec, json_schema_extra={"default": {}})
+    retry: RetrySpec = Field(default_factory=RetrySpec, json_schema_extra={"default": {}})
+    targets: list[Target] = Field(
+        min_length=1, max_length=16, description="Where decisions go; at least one."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.selector is None) == (self.endpoints is None):
+            raise ValueError("give exactly one of selector (pods) or endpoints (static replicas)")
+        if self.endpoints is not None:
+            names = [e.name for e in self.endpoints]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"endpoints names must be unique; repeated: {duplicates}")
+        if self.engine is Engine.CUSTOM and self.metrics.custom is None:
+            raise ValueError("engine custom needs metrics.custom with the metric names")
+        ports = [p.number for p in self.target_ports]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"targetPorts must be unique; got {ports}")
+        clusters = [t.envoy.cluster for t in self.targets if t.envoy] + [
+            t.envoy_file.cluster for t in self.targets if t.envoy_file
+        ]
+        if len(set(clusters)) != len(clusters):
+            raise ValueError(f"envoy cluster names must be unique within a pool; got {clusters}")
+        return self
+
+    def to_wire(self) -> dict[str, Any]:
+        """The spec as it appears in the Kubernetes object (camelCase, no nulls)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)

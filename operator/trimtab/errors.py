@@ -1,0 +1,64 @@
+"""trimtab's own errors, one family per boundary.
+
+Third-party errors (httpx, grpc, kubernetes, prometheus-api-client) are translated into these
+at exactly one place each, so callers and the controller's retry logic never depend on a
+library's exception tree.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MetricsError",
+    "SourceUnavailable",
+    "SpecInvalid",
+    "TargetSyncError",
+    "TrimtabError",
+    "XdsConflict",
+    "XdsError",
+    "XdsServerError",
+    "XdsSnapshotInvalid",
+]
+
+
+class TrimtabError(Exception):
+    """Base of every error trimtab raises on purpose."""
+
+
+class SpecInvalid(TrimtabError):
+    """An InferencePool spec (or a scenario, or a pools file) failed validation."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class MetricsError(TrimtabError):
+    """Reading a pool's metrics failed."""
+
+
+class SourceUnavailable(MetricsError):
+    """The whole metrics source (Prometheus, or every pod) could not be read this cycle."""
+
+
+class TargetSyncError(TrimtabError):
+    """A target could not publish a decision; ``reason`` is CamelCase for conditions/events."""
+
+    def __init__(self, message: str, *, reason: str = "TargetSyncFailed") -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class XdsError(TrimtabError):
+    """A problem of the built-in xDS server or of the resources it serves."""
+
+
+class XdsSnapshotInvalid(XdsError):
+    """A decision cannot be turned into Envoy resources (e.g. a weight of 0, a hostname in EDS)."""
+
+
+class XdsConflict(XdsError):
+    """Two pools claim the same Envoy cluster name."""
+
+
+class XdsServerError(XdsError):
+    """The xDS gRPC server could not start (e.g. the port is taken)."""

@@ -1,0 +1,90 @@
+"""Turn one pod's raw, untrusted sample into clean numbers and a headroom score.
+
+Metrics arrive from Prometheus or a pod's ``/metrics`` and may be missing, NaN, infinite,
+negative or old. This module is the only place that looks at raw values: everything downstream
+works with a :class:`Reading` whose fields are finite and in range, or ``None``. The score is
+per pod (no fleet-wide state), which is what keeps the policy monotonic in a pod's headroom.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trimtab.api.records import PodSample
+from trimtab.policy.settings import PolicySettings
+
+__all__ = ["Reading", "read_sample", "score_headroom"]
+
+# Score of a pod at or past the KV watermark: small but non-zero so that the queue still ranks
+# saturated pods against each other instead of all tying at zero.
+_SATURATED_SCORE = 0.01
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """A sample after cleaning: finite, non-negative values, or ``None`` when unusable."""
+
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    """Clamped to 0..1."""
+    preemption_rate: float | None
+    age_s: float | None
+    """``None`` when the source did not say; never negative."""
+    fresh: bool
+    """At least one load series is usable and the sample is not older than ``stale_after_s``."""
+
+
+def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Reading:
+    """Clean one sample; a missing sample reads as not fresh with every value ``None``."""
+    if sample is None:
+        return Reading(
+            running=None, waiting=None, kv_usage=None, preemption_rate=None, age_s=None, fresh=False
+        )
+    running = _clean(sample.running)
+    waiting = _clean(sample.waiting)
+    kv_usage = _clean(sample.kv_usage)
+    if kv_usage is not None:
+        kv_usage = min(kv_usage, 1.0)
+    age_s, age_known_bad = _clean_age(sample.age_s)
+    has_load = running is not None or waiting is not None or kv_usage is not None
+    too_old = age_known_bad or (age_s is not None and age_s > settings.stale_after_s)
+    return Reading(
+        running=running,
+        waiting=waiting,
+        kv_usage=kv_usage,
+        preemption_rate=_clean(sample.preemption_rate),
+        age_s=age_s,
+        fresh=has_load and not too_old,
+    )
+
+
+def score_headroom(*, reading: Reading, settings: PolicySettings) -> float:
+    """How much more load a pod can take, in (0, 1]: KV headroom divided by its queue.
+
+    KV usage is the cost-aware signal (a 10,000-token request holds far more than a 5-token
+    one); requests already waiting inside the engine mean it cannot admit more right now.
+    """
+    kv = reading.kv_usage or 0.0
+    kv_headroom = max(_SATURATED_SCORE, 1.0 - kv / settings.kv_high_watermark)
+    waiting = reading.waiting or 0.0
+    return kv_headroom / (1.0 + settings.queue_weight * waiting)
+
+
+def _clean(value: float | None) -> float | None:
+    # Non-numbers and non-finite values are treated as a missing series; negative values come
+    # from counter resets in rate() and mean "nothing", so they read as zero.
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return max(0.0, float(value))
+
+
+def _clean_age(value: float | None) -> tuple[float | None, bool]:
+    """Return (age, known_bad). NaN or infinite ages cannot be trusted and count as stale."""
+    if value is None:
+        return None, False
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None, True
+    # A negative age is clock skew between scraper and controller: the sample is fresh.
+    return max(0.0, float(value)), False

@@ -1,0 +1,240 @@
+"""InferencePool spec validation: every invalid value names its field and says what is allowed.
+
+Aspects: the table of invalid specs (each must fail, and the message must name the field and
+contain the hint), the valid examples shipped in deploy/examples, defaults, and the wire
+round trip. Not tested here: the CRD's own CEL rules (see test_crd.py for the schema).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trimtab.api.spec import Engine, MetricsSource
+from trimtab.api.validation import parse_pool, parse_spec
+from trimtab.errors import SpecInvalid
+
+BASE: dict[str, Any] = {
+    "selector": {"matchLabels": {"app": "vllm"}},
+    "targets": [{"envoy": {"cluster": "llama"}}],
+}
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return spec
+
+
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    # (case, spec, field path in the message, a phrase of the explanation)
+    ("no selector nor endpoints", _with(selector=None), "spec", "exactly one of selector"),
+    (
+        "both selector and endpoints",
+        _with(endpoints=[{"name": "a", "address": "10.0.0.1", "port": 8000}]),
+        "spec",
+        "exactly one of selector",
+    ),
+    ("empty selector", _with(selector={}), "spec.selector", "matchLabels or matchExpressions"),
+    (
+        "In without values",
+        _with(selector={"matchExpressions": [{"key": "app", "operator": "In"}]}),
+        "spec.selector.matchExpressions[0]",
+        "needs at least one value",
+    ),
+    (
+        "unknown selector operator",
+        _with(selector={"matchExpressions": [{"key": "app", "operator": "Like"}]}),
+        "spec.selector.matchExpressions[0].operator",
+        "'In', 'NotIn', 'Exists' or 'DoesNotExist'",
+    ),
+    (
+        "port zero",
+        _with(targetPorts=[{"number": 0}]),
+        "spec.targetPorts[0].number",
+        "greater than or equal to 1",
+    ),
+    (
+        "port too big",
+        _with(targetPorts=[{"number": 70000}]),
+        "spec.targetPorts[0].number",
+        "less than or equal to 65535",
+    ),
+    (
+        "duplicate ports",
+        _with(targetPorts=[{"number": 8000}, {"number": 8000}]),
+        "spec",
+        "targetPorts must be unique",
+    ),
+    ("bad duration", _with(metrics={"interval": "2 seconds"}), "spec.metrics.interval", "ms, s, m"),
+    ("negative duration", _with(metrics={"interval": -1}), "spec.metrics.interval", "negative"),
+    ("interval too short", _with(metrics={"interval": "10ms"}), "spec.metrics.interval", "100ms"),
+    (
+        "staleAfter below interval",
+        _with(metrics={"interval": "10s", "staleAfter": "5s"}),
+        "spec.metrics",
+        "staleAfter (5s) must be at least interval (10s)",
+    ),
+    (
+        "prometheus without url",
+        _with(metrics={"source": "prometheus"}),
+        "spec.metrics",
+        "needs metrics.prometheus",
+    ),
+    (
+        "prometheus url not http",
+        _with(metrics={"source": "prometheus", "prometheus": {"url": "ftp://x"}}),
+        "spec.metrics.prometheus.url",
+        "URL scheme should be 'http' or 'https'",
+    ),
+    (
+        "two token sources",
+        _with(
+            metrics={
+                "source": "prometheus",
+                "prometheus": {
+                    "url": "http://prom:9090",
+                    "bearerTokenFile": "/t",
+                    "bearerTokenSecretRef": {"name": "s", "key": "k"},
+                },
+            }
+        ),
+        "spec.metrics.prometheus",
+        "not both",
+    ),
+    (
+        "budget over 100",
+        _with(retry={"budgetPercent": 150}),
+        "spec.retry.budgetPercent",
+        "less than or equal to 100",
+    ),
+    ("unknown retryOn", _with(retry={"retryOn": ["5xx"]}), "spec.retry.retryOn[0]", "'reset'"),
+    (
+        "custom without queries",
+        _with(engine="custom"),
+        "spec",
+        "engine custom needs metrics.custom",
+    ),
+    ("unknown engine", _with(engine="llamacpp"), "spec.engine", "'vllm'"),
+    ("no targets", _with(targets=[]), "spec.targets", "at least 1 item"),
+    ("targets missing", _with(targets=None), "spec.targets", "Field required"),
+    ("empty target", _with(targets=[{}]), "spec.targets[0]", "exactly one of envoy"),
+    (
+        "two kinds in one target",
+        _with(targets=[{"envoy": {"cluster": "a"}, "gatewayAPI": {"httpRoute": "r"}}]),
+        "spec.targets[0]",
+        "exactly one of envoy",
+    ),
+    (
+        "envoyFile without destination",
+        _with(targets=[{"envoyFile": {"cluster": "a"}}]),
+        "spec.targets[0].envoyFile",
+        "exactly one of configMap or path",
+    ),
+    (
+        "duplicate clusters",
+        _with(targets=[{"envoy": {"cluster": "a"}}, {"envoyFile": {"cluster": "a", "path": "/x"}}]),
+        "spec",
+        "cluster names must be unique",
+    ),
+    (
+        "max in flight zero",
+        _with(policy={"maxInFlightPerPod": 0}),
+        "spec.policy.maxInFlightPerPod",
+        "greater than or equal to 1",
+    ),
+    (
+        "kv watermark over 1",
+        _with(policy={"kvHighWatermark": 1.5}),
+        "spec.policy.kvHighWatermark",
+        "less than or equal to 1",
+    ),
+    ("bad app protocol", _with(appProtocol="grpc"), "spec.appProtocol", "'http' or 'h2c'"),
+    ("unknown field", _with(replicas=3), "spec.replicas", "Extra inputs are not permitted"),
+    (
+        "duplicate endpoint names",
+        _with(
+            selector=None,
+            endpoints=[
+                {"name": "a", "address": "10.0.0.1", "port": 8000},
+                {"name": "a", "address": "10.0.0.2", "port": 8000},
+            ],
+        ),
+        "spec",
+        "endpoints names must be unique",
+    ),
+    (
+        "endpoint with bad address",
+        _with(selector=None, endpoints=[{"name": "a", "address": "http://x/", "port": 8000}]),
+        "spec.endpoints[0].address",
+        "IP address or a hostname",
+    ),
+    (
+        "endpoint name not a DNS label",
+        _with(selector=None, endpoints=[{"name": "GPU_A", "address": "10.0.0.1", "port": 8000}]),
+        "spec.endpoints[0].name",
+        "should match pattern",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "hint"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
+def test_invalid_spec_names_the_field(spec: dict[str, Any], field: str, hint: str) -> None:
+    with pytest.raises(SpecInvalid) as info:
+        parse_spec(spec)
+    matching = [p for p in info.value.problems if p.startswith(f"{field}: ")]
+    assert matching, f"no problem names {field!r}: {info.value.problems}"
+    assert any(hint in p for p in matching), info.value.problems
+
+
+def test_the_table_is_big_enough() -> None:
+    assert len(INVALID) >= 15
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_shipped_examples_are_valid(path: Path) -> None:
+    for document in yaml.safe_load_all(path.read_text()):
+        pool = parse_pool(document)
+        assert pool.spec.targets
+
+
+def test_examples_exist() -> None:
+    assert len(EXAMPLES) >= 3
+
+
+def test_defaults_are_practical() -> None:
+    spec = parse_spec(BASE)
+    assert spec.engine is Engine.VLLM
+    assert spec.metrics.source is MetricsSource.DIRECT
+    assert spec.metrics.interval == 2.0
+    assert spec.metrics.stale_after == 15.0
+    assert [p.number for p in spec.target_ports] == [8000]
+    assert [r.value for r in spec.retry.retry_on] == ["connect-failure", "reset"]
+
+
+def test_wire_round_trip_keeps_what_the_user_wrote() -> None:
+    raw = _with(metrics={"interval": "1m30s", "staleAfter": "2m"})
+    wire = parse_spec(raw).to_wire()
+    assert wire["metrics"]["interval"] == "1m30s"
+    assert wire["metrics"]["staleAfter"] == "2m"
+    assert parse_spec(wire) == parse_spec(raw)
+
+
+def test_whole_object_checks_kind_and_version() -> None:
+    with pytest.raises(SpecInvalid) as info:
+        parse_pool({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": BASE})
+    fields = {p.split(":")[0] for p in info.value.problems}
+    assert {"apiVersion", "kind"} <= fields
