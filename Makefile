@@ -12,3 +12,4 @@ setup:
 
 crd:
 	.venv/bin/trimtab crd > crds/inferencepool.yaml
+	cp crds/inferencepool.yaml charts/trimtab/crds/inferencepool.yaml

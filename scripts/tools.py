@@ -20,7 +20,6 @@ import importlib.metadata
 import io
 import os
 import shutil
-import stat
 import sys
 import tarfile
 import tempfile

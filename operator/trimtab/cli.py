@@ -16,7 +16,12 @@ import trimtab
 __all__ = ["main"]
 
 # name -> "module:attribute" of a click command, loaded on first use.
-_LAZY_COMMANDS: dict[str, str] = {}
+_LAZY_COMMANDS: dict[str, str] = {
+    "emulate": "trimtab.emulator.command:emulate_command",
+    "envoy-bootstrap": "trimtab.envoy.command:envoy_bootstrap",
+    "run": "trimtab.controller.command:run",
+    "sim": "trimtab.sim.command:sim",
+}
 
 
 class _LazyGroup(click.Group):

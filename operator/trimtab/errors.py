@@ -8,6 +8,9 @@ library's exception tree.
 from __future__ import annotations
 
 __all__ = [
+    "KubeApiError",
+    "KubeConflict",
+    "KubeNotFound",
     "MetricsError",
     "SourceUnavailable",
     "SpecInvalid",
@@ -62,3 +65,19 @@ class XdsConflict(XdsError):
 
 class XdsServerError(XdsError):
     """The xDS gRPC server could not start (e.g. the port is taken)."""
+
+
+class KubeApiError(TrimtabError):
+    """A Kubernetes API call failed; ``status`` is the HTTP status, ``None`` if none came."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class KubeNotFound(KubeApiError):
+    """The object (or its namespace) does not exist (HTTP 404)."""
+
+
+class KubeConflict(KubeApiError):
+    """A precondition such as resourceVersion failed, or the object exists (HTTP 409)."""

@@ -69,6 +69,9 @@ app.kubernetes.io/part-of: trimtab
 - --metrics-port={{ .Values.ports.metrics }}
 - --xds-port={{ .Values.ports.xds }}
 - --log-format={{ .Values.operator.logFormat }}
+# Every replica balances and serves xDS; the Lease (in $POD_NAMESPACE) picks the one that
+# writes status and events. Harmless with a single replica.
+- --leader-election
 {{- range .Values.operator.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -91,10 +94,10 @@ tests/chart/test_rbac.py keeps the two equal.
 - apiGroups: [trimtab.io]
   resources: [inferencepools/status]
   verbs: [patch]
-# kopf posts core/v1 Events (it does not use events.k8s.io); patch lets repeats aggregate.
+# kopf posts core/v1 Events with POST only (it never uses events.k8s.io nor patches events).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- if .Values.rbac.readSecrets }}
 # Prometheus bearer tokens named by spec.metrics.prometheus.bearerTokenSecretRef.
 - apiGroups: [""]
@@ -102,10 +105,11 @@ tests/chart/test_rbac.py keeps the two equal.
   verbs: [get]
 {{- end }}
 {{- if .Values.targets.envoyFile.enabled }}
-# envoyFile target: ClusterLoadAssignment ConfigMaps that file-EDS Envoys mount.
+# envoyFile target: ClusterLoadAssignment ConfigMaps that file-EDS Envoys mount. trimtab
+# merge-patches its key and creates the ConfigMap on a 404; it never reads or replaces one.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, update, patch]
+  verbs: [create, patch]
 {{- end }}
 {{- if .Values.targets.gatewayAPI.enabled }}
 # gatewayAPI target: a selector-less Service per pod plus its EndpointSlice, and the

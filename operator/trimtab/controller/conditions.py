@@ -20,9 +20,7 @@ def rfc3339(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def find_condition(
-    conditions: Sequence[Condition], kind: ConditionType | str
-) -> Condition | None:
+def find_condition(conditions: Sequence[Condition], kind: ConditionType | str) -> Condition | None:
     return next((c for c in conditions if c.type == str(kind)), None)
 
 

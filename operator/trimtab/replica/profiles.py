@@ -95,8 +95,8 @@ _LLAMA3_8B_H100 = ReplicaProfile(
 # Llama-3-8B, bf16, one A10G 24 GB (AWS g5): 24 GB x 0.9 - 16 GB weights - ~1 GB activations
 # leaves ~5 GB, i.e. ~40k tokens or 2,500 blocks of 16, so max_model_len must drop to 32k.
 # 600 GB/s HBM: weights alone take ~27 ms per iteration; full KV (~5 GB) adds ~9 ms.
-# ~70 TFLOP/s dense bf16 at ~45 % MFU -> ~0.5 ms per prefill token... measured vLLM TTFT for a
-# 1,000-token prompt on A10G is ~350-450 ms, so 0.4 ms/token. vLLM's default token budget for
+# ~70 TFLOP/s dense bf16 at ~55 % MFU gives ~0.4 ms per prefill token, i.e. a ~430 ms TTFT
+# for a 1,000-token prompt (vLLM reports 350-450 ms on A10G). vLLM's default token budget for
 # GPUs under 70 GB is 2,048.
 _LLAMA3_8B_A10G = ReplicaProfile(
     name="llama3-8b-a10g",

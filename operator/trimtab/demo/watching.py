@@ -1,0 +1,89 @@
+"""Watch the replicas while a mode runs: scrape every emulator's ``/metrics`` on a fixed beat.
+
+Each sample holds, per replica, running and waiting requests, KV-cache usage and the
+preemption counter (vLLM names), stamped with wall seconds since the run started. The samples
+feed the live load bars, the per-replica KV time series of the figure and the imbalance
+figure. A replica that does not answer within the timeout keeps its previous values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+__all__ = ["FleetWatcher", "ReplicaLoad", "Sample", "parse_vllm_metrics"]
+
+_RUNNING = "vllm:num_requests_running"
+_WAITING = "vllm:num_requests_waiting"
+_KV = "vllm:kv_cache_usage_perc"
+_PREEMPTIONS = "vllm:num_preemptions_total"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaLoad:
+    running: float = 0.0
+    waiting: float = 0.0
+    kv: float = 0.0
+    """KV-cache usage, 0..1."""
+    preemptions: float = 0.0
+    """Preemptions since the replica started (a counter)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    at_s: float
+    """Wall seconds since the watcher started."""
+    replicas: tuple[ReplicaLoad, ...]
+
+
+def parse_vllm_metrics(text: str) -> ReplicaLoad:
+    """The four vLLM series of one ``/metrics`` page (labels ignored: one model per replica)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0]
+        if name in (_RUNNING, _WAITING, _KV, _PREEMPTIONS):
+            try:
+                values[name] = float(value)
+            except ValueError:
+                continue
+    return ReplicaLoad(
+        running=values.get(_RUNNING, 0.0),
+        waiting=values.get(_WAITING, 0.0),
+        kv=values.get(_KV, 0.0),
+        preemptions=values.get(_PREEMPTIONS, 0.0),
+    )
+
+
+class FleetWatcher:
+    """Scrapes ``urls`` every ``interval_s`` while :meth:`run` runs; :attr:`samples` grows."""
+
+    def __init__(self, *, urls: Sequence[str], interval_s: float = 0.5) -> None:
+        self._urls = tuple(f"{url.rstrip('/')}/metrics" for url in urls)
+        self._interval_s = interval_s
+        self.samples: list[Sample] = []
+        self.latest: tuple[ReplicaLoad, ...] = tuple(ReplicaLoad() for _ in urls)
+
+    async def run(self) -> None:
+        """Sample until cancelled."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with httpx.AsyncClient(timeout=1.0) as client:
+            while True:
+                tick = loop.time()
+                pages = await asyncio.gather(
+                    *(client.get(url) for url in self._urls), return_exceptions=True
+                )
+                self.latest = tuple(
+                    parse_vllm_metrics(page.text)
+                    if isinstance(page, httpx.Response) and page.status_code == 200
+                    else previous
+                    for page, previous in zip(pages, self.latest, strict=True)
+                )
+                self.samples.append(Sample(at_s=tick - start, replicas=self.latest))
+                await asyncio.sleep(max(0.0, tick + self._interval_s - loop.time()))

@@ -1,0 +1,1 @@
+"""Running Envoy with trimtab: the bootstrap generator, its command, and a local runner."""

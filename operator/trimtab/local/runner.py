@@ -1,0 +1,79 @@
+"""Run pools from a file with the operator's loop, xDS server and /metrics, no Kubernetes.
+
+Every pool gets the same :class:`~trimtab.controller.loop.PoolLoop` as in a cluster, with
+static membership and the :class:`~trimtab.local.statusfile.LocalSink`. Events are rate-limited
+the same way and logged. Runs until ``stop`` is set, then stops every loop and flushes the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from pathlib import Path
+
+from trimtab.controller.loop import LoopSettings, PoolLoop, SourceFactory, TargetFactory
+from trimtab.controller.membership import StaticMembership
+from trimtab.controller.services import run_services
+from trimtab.controller.sources import Sources
+from trimtab.controller.spamfilter import SpamFilter
+from trimtab.controller.targeting import BuiltinTargets
+from trimtab.local.pools import load_pools
+from trimtab.local.statusfile import LocalSink, StatusFile
+
+__all__ = ["run_local"]
+
+logger = logging.getLogger(__name__)
+
+
+async def run_local(
+    *,
+    pools_file: Path,
+    status_file: Path | None,
+    xds_port: int | None,
+    metrics_port: int | None,
+    stop: asyncio.Event,
+    settings: LoopSettings | None = None,
+    sources: SourceFactory | None = None,
+    targets: TargetFactory | None = None,
+) -> None:
+    """Balance the pools of ``pools_file`` until ``stop``; raises SpecInvalid on a bad file."""
+    pools = load_pools(pools_file)
+    settings = settings or LoopSettings()
+    async with run_services(xds_port=xds_port, metrics_port=metrics_port) as services:
+        file = StatusFile(path=status_file)
+        spam = SpamFilter(clock=asyncio.get_running_loop().time)
+        loops: list[PoolLoop] = []
+        for pool in pools:
+            services.gate.expect(pool.key)
+            loops.append(
+                PoolLoop(
+                    pool=pool.key,
+                    raw_spec=pool.raw_spec,
+                    generation=None,
+                    membership=StaticMembership(),
+                    sources=sources or Sources(api=None),
+                    targets=targets or BuiltinTargets(cache=services.cache, config_maps=None),
+                    sink=LocalSink(pool=pool.key, file=file),
+                    spam=spam,
+                    settings=settings,
+                    logger=logger,
+                    on_step=functools.partial(services.gate.settle, pool.key),
+                )
+            )
+        tasks = [
+            asyncio.create_task(loop.run(), name=f"balancing loop of {loop.pool}") for loop in loops
+        ]
+        logger.info("Balancing %d pools from %s", len(loops), pools_file)
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for loop in loops:
+                await loop.close(deleted=False)
+            await file.aclose()

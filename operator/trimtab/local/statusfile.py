@@ -1,0 +1,100 @@
+"""Local mode's sink: decisions and events to the log, status to a JSON file.
+
+The file maps ``namespace/name`` to each pool's status exactly as it would appear in the
+cluster. It is replaced by an atomic rename, by a named task that always writes the newest
+state, so readers never see a half-written file and the loop never waits for the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trimtab.api.records import PoolKey
+from trimtab.api.status import InferencePoolStatus
+from trimtab.controller.reporting import Report
+
+__all__ = ["LocalSink", "StatusFile"]
+
+logger = logging.getLogger(__name__)
+
+
+class StatusFile:
+    """All pools' latest status, flushed to ``path`` (if any) whenever one changes."""
+
+    def __init__(self, *, path: Path | None) -> None:
+        self._path = path
+        self._statuses: dict[str, dict[str, Any]] = {}
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.create_task(self._flush_forever(), name="status file writer")
+
+    def put(self, *, pool: PoolKey, status: InferencePoolStatus) -> None:
+        self._statuses[str(pool)] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self._wakeup.set()
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return dict(self._statuses)
+
+    async def aclose(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._path is not None:  # the final state, so the file matches the last log line
+            await asyncio.to_thread(_write_atomically, self._path, self.snapshot())
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if self._path is None:
+                continue
+            try:
+                await asyncio.to_thread(_write_atomically, self._path, self.snapshot())
+            except OSError as exc:
+                logger.warning("Cannot write the status file %s: %s", self._path, exc)
+
+
+class LocalSink:
+    """The :class:`~trimtab.controller.loop.PoolSink` of one pool in local mode."""
+
+    def __init__(self, *, pool: PoolKey, file: StatusFile) -> None:
+        self._pool = pool
+        self._file = file
+
+    def publish(
+        self, *, report: Report, confirm: Callable[[InferencePoolStatus], None]
+    ) -> Sequence[str]:
+        for event in report.events:
+            level = logging.WARNING if event.type == "Warning" else logging.INFO
+            logger.log(level, "[%s] %s: %s", self._pool, event.reason, event.message)
+        if report.write:
+            self._file.put(pool=self._pool, status=report.status)
+            pods = ", ".join(
+                f"{p.name} w={p.weight} cap={p.max_in_flight} {p.state}" for p in report.status.pods
+            )
+            logger.info("[%s] %s", self._pool, pods or "no pods")
+            confirm(report.status)
+        return [event.reason for event in report.events]
+
+    async def close(self, *, deleted: bool) -> None:
+        return None
+
+
+def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(data, stream, indent=2, sort_keys=True)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

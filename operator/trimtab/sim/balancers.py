@@ -1,0 +1,152 @@
+"""The baseline balancers: Envoy ROUND_ROBIN and LEAST_REQUEST, an endpoint picker, ideal.
+
+``round_robin``, ``least_request`` and ``least_request_full_scan`` are Envoy clusters with equal
+weights and no caps (circuit breakers raised out of the way). ``epp`` scores every request on
+engine metrics refreshed every 50 ms, like the Gateway API Inference Extension's endpoint
+picker. ``ideal`` holds one shared FIFO and hands the head to the replica with the most KV
+headroom as soon as one can admit it, on fresh state: the lower bound. trimtab itself is in
+:mod:`trimtab.sim.trimtab_balancer`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+
+from trimtab.sim.engine import Fleet
+from trimtab.sim.envoy import EnvoyCluster, LbAlgorithm, Outcome
+
+__all__ = ["EndpointPicker", "EnvoyBalancer", "SharedQueue", "envoy_baseline"]
+
+
+class EnvoyBalancer:
+    """Requests go through an :class:`EnvoyCluster`; subclasses may reconfigure it."""
+
+    def __init__(self, *, cluster: EnvoyCluster) -> None:
+        self.cluster = cluster
+        self.fleet: Fleet | None = None
+
+    def start(self, *, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def on_arrival(self, *, request: int, now: float) -> None:
+        fleet = self._fleet()
+        outcome, host = self.cluster.route(request)
+        if outcome is Outcome.SENT:
+            fleet.send(request=request, host=host, now=now)
+        elif outcome is Outcome.REJECTED:
+            fleet.reject(request=request, now=now)
+
+    def on_finish(self, *, request: int, host: int, now: float) -> None:
+        released = self.cluster.complete(host)
+        if released is not None:
+            self._fleet().send(request=released, host=host, now=now)
+
+    def _fleet(self) -> Fleet:
+        if self.fleet is None:
+            raise RuntimeError("balancer used before start()")
+        return self.fleet
+
+
+def envoy_baseline(*, algorithm: LbAlgorithm, hosts: int, rng: random.Random) -> EnvoyBalancer:
+    """An Envoy cluster with equal weights, bias 1, two choices and no caps."""
+    return EnvoyBalancer(cluster=EnvoyCluster(hosts=hosts, algorithm=algorithm, rng=rng))
+
+
+class EndpointPicker:
+    """Per-request filter-and-score on metrics at most ``refresh_s`` old (GIE-style EPP).
+
+    Filter: keep the pods whose queue is in the lowest band ``[min, min + (max - min) / n]``
+    (the inference extension's least-queue filter). Score: KV headroom ``1 - kv`` plus queue
+    headroom ``1 - waiting / (max_waiting + 1)``; the best wins, ties at random. Metrics are
+    refreshed when the snapshot is older than ``refresh_s`` at an arrival, so requests routed
+    within one window do not see each other, as with the real picker's 50 ms scrape loop.
+    """
+
+    def __init__(self, *, rng: random.Random, refresh_s: float = 0.05) -> None:
+        self._rng = rng
+        self._refresh_s = refresh_s
+        self._taken_s = -float("inf")
+        self._waiting: list[int] = []
+        self._kv: list[float] = []
+        self._fleet: Fleet | None = None
+
+    def start(self, *, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    def on_arrival(self, *, request: int, now: float) -> None:
+        fleet = self._fleet
+        assert fleet is not None
+        if now - self._taken_s >= self._refresh_s:
+            states = [fleet.observe(host=h, now=now) for h in range(len(fleet.replicas))]
+            self._waiting = [s.waiting for s in states]
+            self._kv = [s.kv_usage for s in states]
+            self._taken_s = now
+        fleet.send(request=request, host=self._pick(), now=now)
+
+    def on_finish(self, *, request: int, host: int, now: float) -> None:
+        """The picker holds no per-request state."""
+
+    def _pick(self) -> int:
+        waiting, kv = self._waiting, self._kv
+        low, high = min(waiting), max(waiting)
+        band = low + (high - low) / len(waiting)
+        most = high + 1
+        best_score, best = -1.0, [0]
+        for host, queued in enumerate(waiting):
+            if queued > band:
+                continue
+            score = (1.0 - kv[host]) + (1.0 - queued / most)
+            if score > best_score:
+                best_score, best = score, [host]
+            elif score == best_score:
+                best.append(host)
+        return best[0] if len(best) == 1 else self._rng.choice(best)
+
+
+class SharedQueue:
+    """One FIFO in front of the fleet, dispatching when a replica can admit (lower bound).
+
+    A replica can take the head when its batch (running + waiting) has room under
+    ``max_num_seqs`` and its KV, after everything already queued on it and the head's prompt,
+    keeps ``reserve`` of its blocks free for decode growth. The head goes to the replica with
+    the most such headroom, observed without delay.
+    """
+
+    def __init__(self, *, reserve: float = 0.1) -> None:
+        self._reserve = reserve
+        self._queue: deque[int] = deque()
+        self._fleet: Fleet | None = None
+
+    def start(self, *, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    def on_arrival(self, *, request: int, now: float) -> None:
+        self._queue.append(request)
+        self._dispatch(now)
+
+    def on_finish(self, *, request: int, host: int, now: float) -> None:
+        self._dispatch(now)
+
+    def _dispatch(self, now: float) -> None:
+        fleet = self._fleet
+        assert fleet is not None
+        while self._queue:
+            head = self._queue[0]
+            best, best_room = -1, -math.inf
+            for host, replica in enumerate(fleet.replicas):
+                state = fleet.observe(host=host, now=now)
+                profile = replica.profile
+                if state.running + state.waiting >= profile.max_num_seqs:
+                    continue
+                size = profile.block_size
+                queued = -(-(state.waiting_tokens + fleet.prompt_tokens[head]) // size)
+                room = state.kv_blocks_total - state.kv_blocks_used - queued
+                reserve = self._reserve * state.kv_blocks_total
+                if (room >= reserve or state.running + state.waiting == 0) and room > best_room:
+                    best, best_room = host, room
+            if best < 0:
+                return
+            self._queue.popleft()
+            fleet.send(request=head, host=best, now=now)
