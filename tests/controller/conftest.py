@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from support.kube import Cluster, kube  # noqa: F401  # re-exported fixture
 from controller.fakes import FakeMetrics, FakeSources, FakeTargets, RecordingTarget
+from support.kube import Cluster, kube  # noqa: F401  # re-exported fixture
 from trimtab.controller.loop import LoopSettings
 from trimtab.controller.reporting import ReportSettings
 from trimtab.controller.running import OperatorConfig, run_operator
@@ -27,15 +27,15 @@ FAST = LoopSettings(
 )
 
 
-async def eventually(check: Callable[[], Any], *, timeout: float = 15.0) -> Any:
+async def eventually(check: Callable[[], Any], *, within: float = 15.0) -> Any:
     """Poll ``check`` until it returns something truthy; fail with its last value."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         result = check()
         if result:
             return result
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met in {timeout}s; last value {result!r}")
+            raise AssertionError(f"condition not met in {within}s; last value {result!r}")
         await asyncio.sleep(0.05)
 
 
@@ -51,7 +51,9 @@ def target() -> RecordingTarget:
 
 @pytest_asyncio.fixture()
 async def operator(
-    kube: Cluster, metrics: FakeMetrics, target: RecordingTarget  # noqa: F811
+    kube: Cluster,  # noqa: F811
+    metrics: FakeMetrics,
+    target: RecordingTarget,
 ) -> AsyncIterator[Callable[[], Awaitable[None]]]:
     """The real kopf operator against ``kube``; yields a function that stops it early."""
     stop = asyncio.Event()

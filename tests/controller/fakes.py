@@ -20,7 +20,9 @@ from trimtab.targets.base import Target, TargetState
 class FakeMetrics:
     samples: dict[str, PodSample] = field(default_factory=dict)
     down: bool = False
-    default: PodSample = field(default_factory=lambda: PodSample(running=1, waiting=0, kv_usage=0.2, age_s=0.0))
+    default: PodSample = field(
+        default_factory=lambda: PodSample(running=1, waiting=0, kv_usage=0.2, age_s=0.0)
+    )
 
 
 class FakeSource:
@@ -69,7 +71,9 @@ class RecordingTarget:
         return TargetState(True, "Synced")
 
     def state(self, *, pool: PoolKey) -> TargetState:
-        return TargetState(False, "TargetSyncFailed") if self.failing else TargetState(True, "Synced")
+        return (
+            TargetState(False, "TargetSyncFailed") if self.failing else TargetState(True, "Synced")
+        )
 
     async def remove(self, *, pool: PoolKey) -> None:
         self.removed.append(pool)

@@ -56,7 +56,10 @@ def test_spam_filter_passes_a_burst_then_one_per_refill() -> None:
 
 def test_selector_expressions() -> None:
     selector = LabelSelector.model_validate(
-        {"matchLabels": {"app": "v"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}
+        {
+            "matchLabels": {"app": "v"},
+            "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}],
+        }
     )
     assert selector_matches(selector=selector, labels={"app": "v"})
     assert not selector_matches(selector=selector, labels={"app": "v", "tier": "x"})

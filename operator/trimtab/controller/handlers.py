@@ -146,11 +146,10 @@ def build_registry(*, runtime: Runtime) -> kopf.OperatorRegistry:
         return info
 
     @kopf.index("v1", "pods", id=PODS_INDEX, registry=registry)
-    def trimtab_pods(
-        body: kopf.Body, namespace: str | None, **_: Any
-    ) -> dict[str, PodRecord] | None:
+    def trimtab_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodRecord]:
         record = pod_record(body)
-        return {namespace or "": record} if record is not None else None
+        # An empty mapping, not None: kopf keeps a pod's old entry when an indexer returns None.
+        return {namespace or "": record} if record is not None else {}
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def pool_event(body: kopf.Body, type: str | None, **_: Any) -> None:

@@ -167,7 +167,12 @@ class Reporter:
             "MetricsRead" if metrics_ok else "SourceUnavailable",
             "" if metrics_ok else observation.metrics_error or "",
         )
-        failing = [(name, state) for name, state in observation.targets if not state.synced]
+        # "Pending" is a driver that has not finished its first apply: not a failure yet.
+        failing = [
+            (name, state)
+            for name, state in observation.targets
+            if not state.synced and state.reason != "Pending"
+        ]
         put(
             ConditionType.TARGETS_SYNCED,
             not failing,
