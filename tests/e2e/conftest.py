@@ -2,9 +2,10 @@
 
 ``kube`` is the emulated API (:mod:`support.kube`); ``pods`` are three emulated vLLM replicas
 on 127.0.0.2-4 with one shared port, registered as Ready pods; ``prometheus`` scrapes them
-with ``namespace``/``pod`` target labels; ``operator`` is the real kopf operator with its
-built-in metrics sources and targets (only the loop's timings are shortened). Every fixture
-stops what it started, also when the test fails.
+with ``namespace``/``pod`` target labels; ``metrics`` is each source in turn (a Prometheus of
+its own, or ``direct``); ``operator`` is the real kopf operator with its built-in metrics
+sources and targets, on its own event loop in a thread (only the loop's timings are
+shortened). Every fixture stops what it started, also when the test fails.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ NAMESPACE = "serving"
 POOL = "llama"
 LABELS = {"app": "vllm-llama"}
 POD_NAMES = ("vllm-0", "vllm-1", "vllm-2")
-# Status writes for weight moves are rate-limited to 5 s by default; a tenth of that keeps
-# every test within seconds. Nothing else differs from the shipped operator.
+# By default weight moves reach the status at most every 5 s and small ones only with the
+# 60 s heartbeat; shorter periods keep every test within seconds. Only timings differ from
+# the shipped operator.
 LOOP = LoopSettings(
     target_timeout_s=2.0,
     target_backoffs=(0.1, 0.2),

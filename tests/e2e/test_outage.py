@@ -63,7 +63,12 @@ async def test_prometheus_outage_flips_metrics_available_and_equalises_weights(
             what="MetricsAvailable=False",
         )
         assert condition(kube, "MetricsAvailable")["reason"] == "SourceUnavailable"
-        assert kube.events(namespace=NAMESPACE, reason="MetricsStale")[0]["type"] == "Warning"
+        # Events go through kopf's poster: they may land a moment after the status.
+        stale = await eventually(
+            lambda: kube.events(namespace=NAMESPACE, reason="MetricsStale"),
+            what="a MetricsStale event",
+        )
+        assert stale[0]["type"] == "Warning"
         await eventually(
             lambda: len(set(every_pod_kept(kube).values())) == 1,
             timeout_s=_EQUALISE_TIMEOUT_S,

@@ -22,7 +22,12 @@ POLICIES = st.sampled_from(
         PolicySettings(),
         PolicySettings(adaptive_caps=True, max_in_flight_per_pod=3, min_in_flight_per_pod=1),
         PolicySettings(weight_scale=1, smoothing_s=0.0, stale_decay_s=0.0, slow_start_s=0.0),
-        PolicySettings(queue_weight=100.0, kv_high_watermark=0.01, min_weight_change=0.0),
+        PolicySettings(
+            queue_weight=100.0,
+            kv_low_watermark=0.0,
+            kv_high_watermark=0.01,
+            min_weight_change=0.0,
+        ),
     ]
 )
 

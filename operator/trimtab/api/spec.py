@@ -216,6 +216,10 @@ class PrometheusSpec(_Model):
     pod_label: str = Field(
         default="pod", pattern=_METRIC_NAME, description="Label holding the pod name."
     )
+    scrape_interval: Duration = Field(
+        default=DurationValue("15s"),
+        description="How often Prometheus scrapes the pods; sizes the rate() window (4 scrapes).",
+    )
 
     @model_validator(mode="after")
     def _one_token_source(self) -> Self:
@@ -274,6 +278,13 @@ class MetricsSpec(_Model):
     )
     custom: CustomMetrics | None = Field(
         default=None, description="Metric names; required when engine is custom."
+    )
+    tgi_max_batch_total_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        alias="tgiMaxBatchTotalTokens",
+        description="TGI's --max-batch-total-tokens: TGI exports no KV gauge, so KV usage is "
+        "tgi_batch_current_max_tokens over this budget; unset: KV usage unknown for TGI.",
     )
 
     @field_validator("interval")

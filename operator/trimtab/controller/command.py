@@ -31,6 +31,10 @@ _Main = Callable[[asyncio.Event], Awaitable[None]]
 @click.option("--metrics-port", type=int, help="Serve trimtab's /metrics on this port.")
 @click.option("--xds-port", type=int, help="Serve Envoy xDS (ADS) on this port.")
 @click.option(
+    "--bind-address",
+    help="Address of the xDS and metrics listeners [default: 0.0.0.0; 127.0.0.1 with --local].",
+)
+@click.option(
     "--log-format", type=click.Choice(["plain", "json"]), default="plain", show_default=True
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
@@ -63,6 +67,7 @@ def run(
     liveness_port: int | None,
     metrics_port: int | None,
     xds_port: int | None,
+    bind_address: str | None,
     log_format: str,
     verbose: bool,
     pools_file: Path | None,
@@ -75,10 +80,14 @@ def run(
         verbose=verbose,
         log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
     )
+    # One line per scrape request would drown the decisions in the log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if pools_file is not None:
         if namespaces or all_namespaces or leader_election:
             raise click.UsageError("--local takes no namespaces and no leader election")
-        _run_until_signal(_local(pools_file, status_file, xds_port, metrics_port))
+        _run_until_signal(
+            _local(pools_file, status_file, xds_port, metrics_port, bind_address or "127.0.0.1")
+        )
         return
     if status_file is not None:
         raise click.UsageError("--status-file needs --local (in a cluster, status is on the pool)")
@@ -90,6 +99,7 @@ def run(
         liveness_port=liveness_port,
         metrics_port=metrics_port,
         xds_port=xds_port,
+        bind_address=bind_address or "0.0.0.0",
         leader_election=leader_election,
         lease_namespace=lease_namespace,
     )
@@ -101,7 +111,11 @@ def run(
 
 
 def _local(
-    pools_file: Path, status_file: Path | None, xds_port: int | None, metrics_port: int | None
+    pools_file: Path,
+    status_file: Path | None,
+    xds_port: int | None,
+    metrics_port: int | None,
+    bind_address: str,
 ) -> _Main:
     from trimtab.local.runner import run_local
 
@@ -112,6 +126,7 @@ def _local(
                 status_file=status_file,
                 xds_port=xds_port,
                 metrics_port=metrics_port,
+                bind_address=bind_address,
                 stop=stop,
             )
         except SpecInvalid as exc:

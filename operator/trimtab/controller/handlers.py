@@ -11,7 +11,6 @@ no kopf bookkeeping annotations); its daemon stops on deletion and clears its ta
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from collections.abc import Callable, Sequence
@@ -122,12 +121,20 @@ class Runtime:
             await stopped.wait()
         finally:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])
             reason = stopped.reason or kopf.DaemonStoppingReason(0)
             deleted = bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
-            await loop.close(deleted=deleted)
-            self.loops.pop(key, None)
+            # kopf may cancel the daemon again while it cleans up; the close runs as its own
+            # task so a second cancellation cannot cut it short and leak the status writer.
+            closing = asyncio.create_task(loop.close(deleted=deleted), name=f"closing {key}")
+            try:
+                await asyncio.shield(closing)
+            except asyncio.CancelledError:
+                await asyncio.wait([closing], timeout=self.settings.target_timeout_s)
+                closing.cancel()
+                raise
+            finally:
+                self.loops.pop(key, None)
             self.gate.settle(key)
             if deleted:
                 self.spam.forget(pool=key)

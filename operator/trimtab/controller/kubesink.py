@@ -9,7 +9,6 @@ handed to kopf's poster (``kopf.event``), which retries them with backoff.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -76,8 +75,8 @@ class KubePoolSink:
 
     async def close(self, *, deleted: bool) -> None:
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        # wait(), not await: awaiting would also swallow a cancellation aimed at our caller.
+        await asyncio.wait([self._task])
 
     async def _write_forever(self) -> None:
         while True:

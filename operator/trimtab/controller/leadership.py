@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -101,7 +102,9 @@ class LeaseElector(Leadership):
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec: dict[str, Any] = {
             "holderIdentity": self._identity,
-            "leaseDurationSeconds": int(self._duration_s),
+            # Whole seconds on the wire: round up, so that no candidate takes over before this
+            # replica's own deadline (1.5 s written as 1 gave two leaders for half a second).
+            "leaseDurationSeconds": max(1, math.ceil(self._duration_s)),
             "renewTime": stamp,
         }
         held = lease is not None and lease.get("spec", {}).get("holderIdentity") == self._identity

@@ -206,12 +206,14 @@ class PoolLoop:
 
     async def close(self, *, deleted: bool) -> None:
         """Stop everything this loop owns; ``deleted`` also clears targets and series."""
-        await self._targets.stop(remove=deleted)
-        if self._source is not None:
-            await self._source.aclose()
-            self._source = None
-        await self._sink.close(deleted=deleted)
-        self._telemetry.forget()
+        try:
+            await self._targets.stop(remove=deleted)
+            if self._source is not None:
+                await self._source.aclose()
+                self._source = None
+        finally:
+            await self._sink.close(deleted=deleted)
+            self._telemetry.forget()
 
     def _period(self) -> float:
         if self._spec is None:

@@ -43,6 +43,8 @@ class OperatorConfig:
     """Port of ``/healthz`` (kopf's liveness endpoint); ``None``: off."""
     metrics_port: int | None = None
     xds_port: int | None = None
+    bind_address: str = "0.0.0.0"
+    """Address the xDS server and /metrics listen on."""
     leader_election: bool = False
     """Use a Lease so only one replica writes status and events."""
     lease_namespace: str = "default"
@@ -86,7 +88,9 @@ async def run_operator(
 ) -> None:
     """Serve InferencePools until ``stop`` is set (or the task is cancelled)."""
     stop = stop or asyncio.Event()
-    async with run_services(xds_port=config.xds_port, metrics_port=config.metrics_port) as svc:
+    async with run_services(
+        xds_port=config.xds_port, metrics_port=config.metrics_port, host=config.bind_address
+    ) as svc:
         runtime_box: list[Runtime] = []
         api = KubeApi(connect=lambda: runtime_box[0].current_connection())
         leadership: Leadership = AlwaysLeader()

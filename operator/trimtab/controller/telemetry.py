@@ -84,6 +84,8 @@ class PoolTelemetry:
         weights = [pod.weight for pod in decision.pods]
         if weights:
             POOL_WEIGHT_SPREAD.labels(ns, pool).set(max(weights) / max(1, min(weights)))
+        else:  # no pods left: a spread frozen at the old pods' value would keep alerts firing
+            _discard(POOL_WEIGHT_SPREAD, ns, pool)
         current = {pod.name for pod in decision.pods}
         for gone in self._pods - current:
             self._remove_pod(gone)

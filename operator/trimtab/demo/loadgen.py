@@ -137,6 +137,7 @@ async def replay(
 
         async def fire(index: int, spec: RequestSpec) -> None:
             await asyncio.sleep(max(0.0, start + spec.arrival_s - loop.time()))
+
             def mark(ttft: float) -> None:
                 first[index] = ttft
 

@@ -68,11 +68,7 @@ def plot_demo(
     for offset, label in enumerate(("TTFT", "end-to-end")):
         axes = figure.add_subplot(grid[1, offset * width // 2 : (offset + 1) * width // 2])
         for name in names:
-            values = [
-                (o.ttft_s if offset == 0 else o.e2e_s)
-                for o in modes[name].outcomes
-                if o.ok
-            ]
+            values = [(o.ttft_s if offset == 0 else o.e2e_s) for o in modes[name].outcomes if o.ok]
             latency = np.sort(np.array([v * time_scale for v in values if v is not None]))
             if len(latency):
                 axes.plot(latency, np.arange(1, len(latency) + 1) / len(latency), label=name)

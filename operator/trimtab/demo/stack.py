@@ -102,7 +102,7 @@ async def start_stack(
     *, group: ProcessGroup, plan: StackPlan, mode: Mode, workdir: Path, ready_s: float = 30.0
 ) -> Stack:
     """Start ``mode``'s processes in ``group`` and wait until requests can flow."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    _make_dir(workdir)
     ports = free_ports(len(plan.speeds), contiguous=True)
     pids: dict[str, int] = {}
     notes: list[str] = []
@@ -129,14 +129,24 @@ async def start_stack(
         )
         pool = _pool(plan=plan, ports=ports, source=source)
         bootstrap = await _start_trimtab(
-            group=group, pool=pool, workdir=workdir, listener=listener, admin=admin, pids=pids,
+            group=group,
+            pool=pool,
+            workdir=workdir,
+            listener=listener,
+            admin=admin,
+            pids=pids,
             ready_s=ready_s,
         )
     else:
         bootstrap = _static_bootstrap(mode=mode, ports=ports, listener=listener, admin=admin)
     await _start_envoy(
-        group=group, bootstrap=bootstrap, workdir=workdir, admin=admin, pids=pids,
-        replicas=len(ports), ready_s=ready_s,
+        group=group,
+        bootstrap=bootstrap,
+        workdir=workdir,
+        admin=admin,
+        pids=pids,
+        replicas=len(ports),
+        ready_s=ready_s,
     )
     return Stack(
         replica_urls=urls,
@@ -144,6 +154,17 @@ async def start_stack(
         pids=pids,
         notes=tuple(notes),
     )
+
+
+def _make_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _prometheus_binary() -> str | None:
+    found = shutil.which("prometheus")
+    if found is None and Path("/usr/bin/prometheus").is_file():
+        found = "/usr/bin/prometheus"
+    return found
 
 
 def _pool(*, plan: StackPlan, ports: Sequence[int], source: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +202,7 @@ async def _metrics_source(
 ) -> dict[str, Any]:
     if not plan.prometheus:
         return {"source": "direct"}
-    binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
+    binary = _prometheus_binary()
     if binary is None:
         notes.append("no prometheus binary found: trimtab scrapes the replicas directly")
         return {"source": "direct"}
@@ -343,7 +364,9 @@ async def _start_envoy(
     await _wait_hosts(group=group, admin_url=admin_url, replicas=replicas, ready_s=ready_s)
 
 
-async def _wait_hosts(*, group: ProcessGroup, admin_url: str, replicas: int, ready_s: float) -> None:
+async def _wait_hosts(
+    *, group: ProcessGroup, admin_url: str, replicas: int, ready_s: float
+) -> None:
     """Envoy is up; wait until its cluster holds every replica (over xDS in trimtab mode)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_s

@@ -34,6 +34,7 @@ async def run_local(
     xds_port: int | None,
     metrics_port: int | None,
     stop: asyncio.Event,
+    bind_address: str = "127.0.0.1",
     settings: LoopSettings | None = None,
     sources: SourceFactory | None = None,
     targets: TargetFactory | None = None,
@@ -41,7 +42,9 @@ async def run_local(
     """Balance the pools of ``pools_file`` until ``stop``; raises SpecInvalid on a bad file."""
     pools = load_pools(pools_file)
     settings = settings or LoopSettings()
-    async with run_services(xds_port=xds_port, metrics_port=metrics_port) as services:
+    async with run_services(
+        xds_port=xds_port, metrics_port=metrics_port, host=bind_address
+    ) as services:
         file = StatusFile(path=status_file)
         spam = SpamFilter(clock=asyncio.get_running_loop().time)
         loops: list[PoolLoop] = []

@@ -27,9 +27,7 @@ from trimtab.metrics.engines import EngineProfile, Selector, Signal, combine
 __all__ = ["PrometheusSource", "rate_window_for"]
 
 _CANDIDATE_LABEL = "trimtab_candidate"
-# The spec does not say how often Prometheus scrapes; 15s is its default, and rate() needs
-# at least four scrapes in its window to be stable.
-_ASSUMED_SCRAPE_INTERVAL_S = 15.0
+# rate() needs at least four scrapes in its window to be stable.
 _SCRAPES_PER_WINDOW = 4
 
 
@@ -41,9 +39,9 @@ class _PromResult(TypedDict):
     """``[evaluation_unix_time, "value as text"]``."""
 
 
-def rate_window_for(*, interval_s: float) -> float:
+def rate_window_for(*, interval_s: float, scrape_interval_s: float) -> float:
     """Seconds of ``rate()`` window for a pool read every ``interval_s`` seconds."""
-    return _SCRAPES_PER_WINDOW * max(interval_s, _ASSUMED_SCRAPE_INTERVAL_S)
+    return _SCRAPES_PER_WINDOW * max(interval_s, scrape_interval_s)
 
 
 class PrometheusSource:

@@ -45,7 +45,11 @@ def build_source(
     from ``bearerTokenSecretRef`` or ``bearerTokenFile``.
     """
     metrics = spec.metrics
-    profile = profile_for(engine=spec.engine, custom=metrics.custom)
+    profile = profile_for(
+        engine=spec.engine,
+        custom=metrics.custom,
+        tgi_token_budget=metrics.tgi_max_batch_total_tokens,
+    )
     if metrics.source is SourceKind.PROMETHEUS:
         if metrics.prometheus is None:
             raise ValueError(f"pool {pool}: source prometheus needs metrics.prometheus")
@@ -59,7 +63,10 @@ def build_source(
             timeout_s=float(settings.timeout),
             namespace_label=settings.namespace_label,
             pod_label=settings.pod_label,
-            rate_window_s=prometheus.rate_window_for(interval_s=float(metrics.interval)),
+            rate_window_s=prometheus.rate_window_for(
+                interval_s=float(metrics.interval),
+                scrape_interval_s=float(settings.scrape_interval),
+            ),
         )
     return direct.DirectSource(
         pool=pool,

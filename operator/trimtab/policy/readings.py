@@ -67,7 +67,9 @@ def score_headroom(*, reading: Reading, settings: PolicySettings) -> float:
     one); requests already waiting inside the engine mean it cannot admit more right now.
     """
     kv = reading.kv_usage or 0.0
-    kv_headroom = max(_SATURATED_SCORE, 1.0 - kv / settings.kv_high_watermark)
+    low, high = settings.kv_low_watermark, settings.kv_high_watermark
+    # Below the low watermark every pod is equally fine: equal weights keep Envoy on P2C.
+    kv_headroom = min(1.0, max(_SATURATED_SCORE, (high - kv) / (high - low)))
     waiting = reading.waiting or 0.0
     return kv_headroom / (1.0 + settings.queue_weight * waiting)
 

@@ -22,6 +22,7 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "slow_start_min_fraction": (0.0, 1.0, False, True),
     "stale_after_s": (0.0, 3600.0, False, True),
     "stale_decay_s": (0.0, 3600.0, True, True),
+    "kv_low_watermark": (0.0, 1.0, True, False),
     "kv_high_watermark": (0.0, 1.0, False, True),
     "queue_weight": (0.0, 100.0, True, True),
     "smoothing_s": (0.0, 600.0, True, True),
@@ -59,16 +60,20 @@ class PolicySettings:
     stale_decay_s: float = 10.0
     """Time constant, seconds, of a stale pod's decay to the neutral weight. 0..3600. Default 10."""
 
+    kv_low_watermark: float = 0.7
+    """KV-cache usage (fraction) below which a pod has full headroom, so a fleet below it gets
+    equal weights. [0, 1), below the high watermark. Default 0.7."""
+
     kv_high_watermark: float = 0.9
     """KV-cache usage (fraction) at which a pod has no headroom left. (0, 1]. Default 0.9."""
 
-    queue_weight: float = 1.0
-    """How much each request waiting inside the engine divides a pod's headroom. 0..100.
-    Default 1 (one waiting request halves it)."""
+    queue_weight: float = 0.0
+    """How much each request waiting inside the engine divides a pod's headroom (1: one waiting
+    request halves it). 0..100. Default 0 (off: Envoy's live request counts see queues sooner)."""
 
-    smoothing_s: float = 2.0
+    smoothing_s: float = 30.0
     """Time constant, seconds, of the exponential smoothing of weights (0 = none). 0..600.
-    Default 2."""
+    Default 30."""
 
     min_weight_change: float = 0.05
     """Hysteresis: a weight moves only when its target differs by more than this fraction of
@@ -97,9 +102,9 @@ class PolicySettings:
     drain_cap_fraction: float = 0.5
     """A draining pod's cap as a fraction of its normal cap (never below 1). (0, 1]. Default 0.5."""
 
-    active_request_bias: float = 1.0
+    active_request_bias: float = 4.0
     """Envoy LEAST_REQUEST ``active_request_bias``: weight / (active + 1) ** bias; 0 follows the
-    weights exactly. 0..10. Default 1."""
+    weights exactly. Used only while weights differ. 0..10. Default 4."""
 
     choice_count: int = 2
     """Envoy LEAST_REQUEST ``choice_count`` (power of N choices, equal weights only). 2..100.
@@ -117,6 +122,11 @@ class PolicySettings:
                     raise ValueError(f"{spec.name} must be a bool, got {value!r}")
                 continue
             _check_number(name=spec.name, value=value, integral=spec.type == "int")
+        if self.kv_low_watermark >= self.kv_high_watermark:
+            raise ValueError(
+                f"kv_low_watermark ({self.kv_low_watermark}) must be below "
+                f"kv_high_watermark ({self.kv_high_watermark})"
+            )
         if self.min_in_flight_per_pod > self.max_in_flight_per_pod:
             raise ValueError(
                 f"min_in_flight_per_pod ({self.min_in_flight_per_pod}) must not exceed "

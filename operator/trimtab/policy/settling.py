@@ -43,9 +43,12 @@ def settle_weight(
         return _to_int(value=target, low=low, high=high)
     start = float(min(high, max(low, previous)))
     band = math.log1p(dead_band)
-    if not snap and abs(math.log(target / start)) <= band:
+    if not snap and target < high and abs(math.log(target / start)) <= band:
         return _to_int(value=start, low=low, high=high)
     moved = start * (target / start) ** alpha
+    # The top of the scale is sticky: when every pod sits exactly on it, Envoy's weights are
+    # equal and it switches to power-of-two-choices on live request counts, its best mode.
+    snap = snap or target == high
     if snap and abs(math.log(target / moved)) <= band:
         moved = target
     return _to_int(value=moved, low=low, high=high)

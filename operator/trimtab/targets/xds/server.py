@@ -53,6 +53,7 @@ class XdsServer:
         # Nonces stay unique across restarts, so a reconnecting Envoy's old nonce is never
         # mistaken for one this instance sent.
         self._nonce_prefix = secrets.token_hex(4)
+        self._inboxes: set[asyncio.Queue[object]] = set()
 
     @property
     def state(self) -> ServerState:
@@ -86,6 +87,10 @@ class XdsServer:
         if self._server is None or self._state is not ServerState.SERVING:
             return
         self._state = ServerState.STOPPING
+        # Ending open streams ourselves lets their handlers return normally; left to
+        # grpc's grace they are cancelled mid-await and grpc logs a traceback per Envoy.
+        for inbox in self._inboxes:
+            inbox.put_nowait(_CLOSED)
         await self._server.stop(grace)
         self._state = ServerState.STOPPED
         logger.info("xDS server stopped")
@@ -95,6 +100,7 @@ class XdsServer:
             await asyncio.wait_for(context.write(response), timeout=self._write_timeout)
 
         inbox: asyncio.Queue[object] = asyncio.Queue()
+        self._inboxes.add(inbox)
         stream = AdsStream(
             ledger=self._cache.acks,
             snapshot=self._cache.current,
@@ -112,6 +118,7 @@ class XdsServer:
         except TimeoutError:
             logger.warning("Envoy %s did not read a response in time; closing", stream.node)
         finally:
+            self._inboxes.discard(inbox)
             unsubscribe()
             stream.close()
             reader.cancel()
