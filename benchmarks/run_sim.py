@@ -48,7 +48,7 @@ def run_one(*, scenario: Path) -> dict[str, Any]:
 def ratio(numerator: float | None, denominator: float | None) -> str:
     if numerator is None or denominator is None or denominator <= 0:
         return "-"
-    return f"{numerator / denominator:.2f}"
+    return f"{numerator / denominator:.3g}"
 
 
 def seconds(value: float | None) -> str:

@@ -28,6 +28,7 @@ RESULTS = HERE.parent / "results" / "realpath.md"
 METRICS = ("ttft_p99", "e2e_p99")
 # Where the two paths may disagree before the page flags it.
 TOLERANCE = 0.20
+FINDINGS = "## Findings"
 
 
 def _export(scenario_path: Path, out: Path) -> Path:
@@ -100,7 +101,10 @@ def main() -> None:
                 flag = f"{gap:.0%}" + (" **> 20 %**" if gap > TOLERANCE else "")
                 lines.append(f"| {label} {metric} | {r:.2f} | {s:.2f} | {flag} |")
         lines.append("")
-    RESULTS.write_text("\n".join(lines) + "\n")
+    # Hand-written analysis below the tables survives a re-run.
+    previous = RESULTS.read_text() if RESULTS.exists() else ""
+    findings = previous[previous.find(FINDINGS) :] if FINDINGS in previous else ""
+    RESULTS.write_text("\n".join(lines) + "\n" + findings)
     console.print(f"wrote {RESULTS}")
 
 

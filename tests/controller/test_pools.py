@@ -115,6 +115,18 @@ async def test_source_down_flips_metrics_available_and_pods_go_stale(
     assert kube.events(namespace=NAMESPACE, reason="MetricsStale")
 
 
+async def test_source_without_series_is_not_metrics_available(
+    kube: Cluster, operator: Any, metrics: FakeMetrics
+) -> None:
+    # A source that answers but knows none of the pods (wrong engine or label names).
+    metrics.default = PodSample(age_s=0.0)
+    await start(kube)
+    await eventually(lambda: condition(kube, "MetricsAvailable").get("reason") == "NoSeries")
+    assert condition(kube, "MetricsAvailable")["status"] == "False"
+    assert "spec.engine" in condition(kube, "MetricsAvailable")["message"]
+    assert all(p["weight"] > 0 for p in status(kube)["pods"])
+
+
 async def test_invalid_pool_is_reported_while_another_is_served(
     kube: Cluster, operator: Any
 ) -> None:

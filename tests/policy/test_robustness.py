@@ -87,3 +87,11 @@ def test_garbage_values_read_as_missing_not_as_load() -> None:
     assert only.state is PodState.SERVING
     assert only.weight == PolicySettings().weight_scale
     assert only.reason == "q 0"
+
+
+def test_huge_running_count_keeps_the_adaptive_cap_at_the_ceiling() -> None:
+    adaptive = PolicySettings(adaptive_caps=True, max_in_flight_per_pod=3, min_in_flight_per_pod=1)
+    decision = compute_decision(
+        pods=[pod("a", running=8e307, kv=0.5)], previous=None, settings=adaptive, elapsed_s=0.0
+    )
+    assert decision.pods[0].max_in_flight == 3

@@ -38,7 +38,7 @@ BAD_VALUES: dict[str, list[object]] = {
 
 def test_defaults_are_valid() -> None:
     settings = PolicySettings()
-    assert settings.max_in_flight_per_pod == 64
+    assert settings.max_in_flight_per_pod == 1024
     assert settings.slow_start_s == 60.0
     assert settings.stale_after_s == 15.0
     assert settings.choice_count == 2

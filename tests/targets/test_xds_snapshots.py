@@ -90,7 +90,8 @@ def test_cluster_carries_policy_caps_and_budget(make):
     assert cluster.lb_policy == cluster_pb2.Cluster.LEAST_REQUEST
     assert cluster.least_request_lb_config.active_request_bias.default_value == 0.5
     assert cluster.least_request_lb_config.choice_count.value == 3
-    assert cluster.least_request_lb_config.slow_start_config.slow_start_window.seconds == 60
+    # Slow start is in the weights the policy ramps; Envoy's own ramp would square it.
+    assert not cluster.least_request_lb_config.HasField("slow_start_config")
     # One per-host threshold for every host: the largest cap of the decision.
     assert cluster.circuit_breakers.per_host_thresholds[0].max_connections.value == 9
     thresholds = cluster.circuit_breakers.thresholds[0]
@@ -99,9 +100,8 @@ def test_cluster_carries_policy_caps_and_budget(make):
     assert thresholds.retry_budget.min_retry_concurrency.value == 4
 
 
-def test_slow_start_off_and_h2c(make):
-    cluster = _cluster(make.resources({"a": 1}, policy={"slowStart": "0s"}, appProtocol="h2c"))
-    assert not cluster.least_request_lb_config.HasField("slow_start_config")
+def test_h2c(make):
+    cluster = _cluster(make.resources({"a": 1}, appProtocol="h2c"))
     options = http_protocol_options_pb2.HttpProtocolOptions()
     packed = cluster.typed_extension_protocol_options[
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"

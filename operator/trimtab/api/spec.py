@@ -307,29 +307,129 @@ class MetricsSpec(_Model):
 
 
 class PolicySpec(_Model):
-    """Knobs of the balancing policy (docs/policy.md explains each)."""
+    """Knobs of the balancing policy; docs/policy.md explains each and how it was chosen."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.kvLowWatermark < self.kvHighWatermark",
+                    "message": "kvLowWatermark must be below kvHighWatermark",
+                },
+                {
+                    "rule": "self.minInFlightPerPod <= self.maxInFlightPerPod",
+                    "message": "minInFlightPerPod must not exceed maxInFlightPerPod",
+                },
+            ]
+        }
+    )
 
     max_in_flight_per_pod: int = Field(
-        default=64, ge=1, le=100_000, description="Ceiling of the per-pod in-flight cap."
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="Ceiling of every pod's in-flight cap (Envoy max_connections per host). "
+        "Keep it above the engine's batch size (vLLM --max-num-seqs).",
+    )
+    min_in_flight_per_pod: int = Field(
+        default=4, ge=1, le=1_000_000, description="Floor of an adaptive cap."
+    )
+    adaptive_caps: bool = Field(
+        default=False, description="Cap each pod at the batch its KV cache sustains."
+    )
+    cap_headroom: float = Field(
+        default=0.25, ge=0, le=10, description="Adaptive caps: slack above the sustainable batch."
     )
     slow_start: Duration = Field(
-        default=DurationValue("60s"), description="Ramp-up time of a newly Ready pod; 0s: off."
+        default=DurationValue("60s"),
+        description="Ramp-up time of a newly Ready pod's weight; 0s: off.",
+    )
+    slow_start_min_fraction: float = Field(
+        default=0.1, gt=0, le=1, description="Share of its weight a new pod starts at."
+    )
+    stale_decay: Duration = Field(
+        default=DurationValue("10s"),
+        description="Time constant of a stale pod's decay to equal weight.",
+    )
+    kv_low_watermark: float = Field(
+        default=0.7, ge=0, lt=1, description="KV usage below which a pod has full weight, 0..1."
     )
     kv_high_watermark: float = Field(
         default=0.9, gt=0, le=1, description="KV usage treated as full (no headroom), 0..1."
     )
-    active_request_bias: float = Field(
+    queue_weight: float = Field(
         default=0.0,
         ge=0,
+        le=100,
+        description="How much each request queued in the engine cuts a pod's weight; 0: off.",
+    )
+    smoothing: Duration = Field(
+        default=DurationValue("30s"), description="Time constant of weight smoothing; 0s: none."
+    )
+    min_weight_change: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="Hysteresis: weights move only by more than this share of weightScale.",
+    )
+    weight_scale: int = Field(
+        default=1000, ge=1, le=100_000, description="Weight of a pod with full headroom."
+    )
+    weight_floor: float = Field(
+        default=0.02,
+        gt=0,
+        le=1,
+        description="Lowest weight, as a share of weightScale; never 0 for a Ready pod.",
+    )
+    drain_preemption_rate: float = Field(
+        default=1.0, gt=0, description="Preemptions per second at which a pod is drained."
+    )
+    drain_cap_fraction: float = Field(
+        default=0.5, gt=0, le=1, description="A draining pod's cap as a share of its normal cap."
+    )
+    active_request_bias: float = Field(
+        default=4.0,
+        ge=0,
         le=10,
-        description="Envoy least-request bias; 0 makes Envoy follow the weights exactly.",
+        description="Envoy least-request bias while weights differ; 0 follows weights exactly.",
     )
     choice_count: int = Field(
         default=2, ge=2, le=100, description="Hosts Envoy samples per pick (least-request P2C)."
     )
     max_pending_requests: int = Field(
-        default=1024, ge=1, le=1_000_000, description="Cluster-wide bound of Envoy's pending queue."
+        default=1024,
+        ge=1,
+        le=100_000_000,
+        description="Cluster-wide bound of Envoy's pending queue; overflow is a 503.",
     )
+
+    @field_validator("slow_start", "stale_decay")
+    @classmethod
+    def _at_most_an_hour(cls, value: DurationValue) -> DurationValue:
+        if value > 3600:
+            raise ValueError(f"{value.text} is too long: use at most 1h")
+        return value
+
+    @field_validator("smoothing")
+    @classmethod
+    def _at_most_ten_minutes(cls, value: DurationValue) -> DurationValue:
+        if value > 600:
+            raise ValueError(f"{value.text} is too long: use at most 10m")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.kv_low_watermark >= self.kv_high_watermark:
+            raise ValueError(
+                f"kvLowWatermark ({self.kv_low_watermark}) must be below "
+                f"kvHighWatermark ({self.kv_high_watermark})"
+            )
+        if self.min_in_flight_per_pod > self.max_in_flight_per_pod:
+            raise ValueError(
+                f"minInFlightPerPod ({self.min_in_flight_per_pod}) must not exceed "
+                f"maxInFlightPerPod ({self.max_in_flight_per_pod})"
+            )
+        return self
 
 
 class RetryOn(enum.StrEnum):

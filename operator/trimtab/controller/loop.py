@@ -37,7 +37,13 @@ from trimtab.api.validation import parse_spec
 from trimtab.controller.applying import TargetSet
 from trimtab.controller.mapping import settings_from_spec
 from trimtab.controller.membership import Member, MembershipProvider, ready_for_s
-from trimtab.controller.reporting import Observation, Report, Reporter, ReportSettings
+from trimtab.controller.reporting import (
+    NO_SERIES_REASON,
+    Observation,
+    Report,
+    Reporter,
+    ReportSettings,
+)
 from trimtab.controller.spamfilter import SpamFilter
 from trimtab.controller.telemetry import PoolTelemetry
 from trimtab.errors import SourceUnavailable, SpecInvalid
@@ -258,6 +264,14 @@ class PoolLoop:
                 error = str(exc)[:256] or "metrics source unavailable"
             except TimeoutError:
                 error = f"metrics read took longer than {deadline}s"
+            else:
+                if fresh and all(_empty(sample) for sample in fresh.values()):
+                    # The source answered but knows none of the pods: wrong engine, metric or
+                    # label names, or a scrape config that has not caught up. Not "available".
+                    error = (
+                        f"{NO_SERIES_REASON}: no running/waiting/KV series for any pod; check "
+                        "spec.engine, metric names and the namespace/pod label names"
+                    )
         now = self._clock()
         names = {e.name for e in endpoints}
         self._kept = {n: k for n, k in self._kept.items() if n in names}
@@ -305,6 +319,10 @@ class PoolLoop:
         report = self._reporter.observe(observation)
         for reason in self._sink.publish(report=report, confirm=self._reporter.confirm_written):
             self._telemetry.count_event(reason=reason)
+
+
+def _empty(sample: PodSample) -> bool:
+    return sample.running is None and sample.waiting is None and sample.kv_usage is None
 
 
 def _aged(kept: _Kept, *, now: float) -> PodSample:

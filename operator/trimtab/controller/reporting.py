@@ -28,7 +28,18 @@ from trimtab.controller.membership import Member
 from trimtab.controller.spamfilter import SpamFilter
 from trimtab.targets.base import TargetState
 
-__all__ = ["EventType", "Observation", "PoolEvent", "Report", "ReportSettings", "Reporter"]
+NO_SERIES_REASON = "NoSeries"
+"""MetricsAvailable=False reason: the source answered but had no series for any pod."""
+
+__all__ = [
+    "NO_SERIES_REASON",
+    "EventType",
+    "Observation",
+    "PoolEvent",
+    "Report",
+    "ReportSettings",
+    "Reporter",
+]
 
 EventType = str  # "Normal" or "Warning", as in core/v1 Event.type
 
@@ -164,7 +175,7 @@ class Reporter:
         put(
             ConditionType.METRICS_AVAILABLE,
             metrics_ok,
-            "MetricsRead" if metrics_ok else "SourceUnavailable",
+            "MetricsRead" if metrics_ok else _metrics_reason(observation.metrics_error),
             "" if metrics_ok else observation.metrics_error or "",
         )
         # "Pending" is a driver that has not finished its first apply: not a failure yet.
@@ -313,3 +324,12 @@ def _moves(
         size = abs(math.log(max(pod.weight, 1) / max(old, 1)))
         moves.append((size, f"{pod.name} {old}→{pod.weight}{note}"))
     return sorted(moves, reverse=True)
+
+
+def _metrics_reason(error: str | None) -> str:
+    # The loop prefixes "the source answered, but with nothing" with its reason.
+    return (
+        NO_SERIES_REASON
+        if error and error.startswith(f"{NO_SERIES_REASON}:")
+        else "SourceUnavailable"
+    )

@@ -52,6 +52,9 @@ _DRAIN_S = 10.0
 # metrics lose trimtab its edge over least-request on the end-to-end tail.
 _METRICS_INTERVAL_S = 0.1
 _POLICY: dict[str, Any] = {"slowStart": "0s", "activeRequestBias": 1.0}
+# Harness stalls beyond these (wall s) mean a mode's latencies include the machine's hiccups.
+_LOOP_LAG_WARN_S = 0.2
+_SCRAPE_WARN_S = 0.5
 _COLUMNS = (
     ("ttft_p50", "TTFT p50"),
     ("ttft_p95", "TTFT p95"),
@@ -90,7 +93,7 @@ _COLUMNS = (
     show_default=True,
 )
 @click.option("--mix", type=click.Choice(["classic"]), help="Replay the classic mix instead.")
-@click.option("--utilization", type=click.FloatRange(0.05, 3.0), default=0.8, show_default=True)
+@click.option("--utilization", type=click.FloatRange(0.05, 3.0), default=0.7, show_default=True)
 @click.option(
     "--time-scale",
     type=click.FloatRange(0.01, 100.0),
@@ -262,6 +265,18 @@ def _print_table(payload: dict[str, Any], *, console: Console) -> None:
     for name, result in payload["policies"].items():
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in result["cpu"].items())
         console.print(f"CPU cores used during {name}: {cpu}")
+    for name, result in payload["policies"].items():
+        lag = result["harness"]
+        if (
+            lag["loadgen_loop_lag_max_s"] > _LOOP_LAG_WARN_S
+            or lag["emulator_scrape_max_s"] > _SCRAPE_WARN_S
+        ):
+            console.print(
+                f"warning: during {name} the harness stalled (load generator loop "
+                f"{lag['loadgen_loop_lag_max_s']:.2f}s, emulator /metrics "
+                f"{lag['emulator_scrape_max_s']:.2f}s wall): its latencies include the stall; "
+                "is the machine busy? Re-run, or lower --time-scale."
+            )
 
 
 def _cell(value: object) -> str:

@@ -24,7 +24,10 @@ from trimtab.demo.stack import Mode, StackPlan, start_stack
 from trimtab.demo.summary import summarise_mode
 from trimtab.demo.watching import FleetWatcher, Sample
 
-__all__ = ["DemoPlan", "ModeRun", "run_demo"]
+__all__ = ["DemoPlan", "LoopLag", "ModeRun", "run_demo"]
+
+# Beat of the loop-lag probe: short enough to catch a stall of a few tens of milliseconds.
+_LAG_BEAT_S = 0.02
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +50,23 @@ class ModeRun:
     result: dict[str, Any]
     """The simulator's keys for this mode (see :mod:`trimtab.demo.summary`)."""
     notes: tuple[str, ...] = field(default=())
+
+
+class LoopLag:
+    """The longest a short sleep overran in this process: the load generator's own lag.
+
+    A lag of hundreds of milliseconds means TTFTs measure the generator, not the balancer.
+    """
+
+    def __init__(self) -> None:
+        self.max_s = 0.0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(_LAG_BEAT_S)
+            self.max_s = max(self.max_s, loop.time() - before - _LAG_BEAT_S)
 
 
 async def run_demo(*, plan: DemoPlan, live: LiveState | None = None) -> list[ModeRun]:
@@ -75,7 +95,9 @@ async def _run_mode(*, plan: DemoPlan, mode: Mode, live: LiveState) -> ModeRun:
             live.failed += 0 if outcome.ok else 1
 
         meter = CpuMeter(pids={**stack.pids, "demo": os.getpid()})
+        lag = LoopLag()
         watching = asyncio.create_task(watcher.run(), name=f"watch replicas ({mode.value})")
+        lagging = asyncio.create_task(lag.run(), name=f"measure loop lag ({mode.value})")
         try:
             outcomes = await replay(
                 url=stack.proxy_url,
@@ -86,7 +108,8 @@ async def _run_mode(*, plan: DemoPlan, mode: Mode, live: LiveState) -> ModeRun:
             )
         finally:
             watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
+            lagging.cancel()
+            await asyncio.gather(watching, lagging, return_exceptions=True)
         cpu = meter.read()
         live.phase = "stopping"
     result = summarise_mode(
@@ -96,6 +119,7 @@ async def _run_mode(*, plan: DemoPlan, mode: Mode, live: LiveState) -> ModeRun:
         time_scale=plan.stack.time_scale,
         deadline_s=plan.deadline_s,
         cpu=cpu,
+        loop_lag_s=lag.max_s,
     )
     return ModeRun(
         mode=mode, outcomes=outcomes, samples=watcher.samples, result=result, notes=stack.notes

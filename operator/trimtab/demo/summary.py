@@ -52,8 +52,11 @@ def summarise_mode(
     time_scale: float,
     deadline_s: float,
     cpu: Mapping[str, float],
+    loop_lag_s: float,
 ) -> dict[str, Any]:
-    """One mode's JSON object (the simulator's keys plus ``errors``, ``cpu`` and ``wall_s``)."""
+    """One mode's JSON object: the simulator's keys plus ``errors``, ``cpu``, ``wall_s`` and
+    ``harness`` (how far the load generator's and the emulators' event loops lagged, wall s).
+    """
     ttft: list[float] = []
     e2e: list[float] = []
     completed = rejected = too_long = unfinished = errors = tokens = 0
@@ -96,4 +99,8 @@ def summarise_mode(
         "errors": errors,
         "cpu": dict(cpu),
         "wall_s": round(samples[-1].at_s, 2) if samples else None,
+        "harness": {
+            "loadgen_loop_lag_max_s": round(loop_lag_s, 3),
+            "emulator_scrape_max_s": round(max((s.scrape_s for s in samples), default=0.0), 3),
+        },
     }

@@ -3,7 +3,8 @@
 Each sample holds, per replica, running and waiting requests, KV-cache usage and the
 preemption counter (vLLM names), stamped with wall seconds since the run started. The samples
 feed the live load bars, the per-replica KV time series of the figure and the imbalance
-figure. A replica that does not answer within the timeout keeps its previous values.
+figure. A replica that does not answer within the timeout keeps its previous values. How
+long a scrape took shows whether the emulators' event loop kept up (a harness health check).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Sample:
     at_s: float
     """Wall seconds since the watcher started."""
     replicas: tuple[ReplicaLoad, ...]
+    scrape_s: float = 0.0
+    """Wall seconds the slowest replica took to answer: the emulators' own lag."""
 
 
 def parse_vllm_metrics(text: str) -> ReplicaLoad:
@@ -85,5 +88,7 @@ class FleetWatcher:
                     else previous
                     for page, previous in zip(pages, self.latest, strict=True)
                 )
-                self.samples.append(Sample(at_s=tick - start, replicas=self.latest))
+                self.samples.append(
+                    Sample(at_s=tick - start, replicas=self.latest, scrape_s=loop.time() - tick)
+                )
                 await asyncio.sleep(max(0.0, tick + self._interval_s - loop.time()))

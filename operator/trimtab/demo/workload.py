@@ -116,13 +116,16 @@ def workload_of(scenario: Scenario) -> Workload:
     # Four windows' worth, so compressing still fills the whole window.
     longer = scenario.model_copy(update={"duration": scenario.duration * 4})
     workload = build_workload(scenario=longer, base_dir=Path.cwd(), seed=scenario.seed)
-    rate = target * max_request_rate(
-        replicas=fleet_specs(scenario),
-        prompt_tokens=workload.prompt_tokens,
-        output_tokens=workload.output_tokens,
-    )
-    # Keep the first rate x duration requests and compress them to end at the window's end.
-    count = min(len(workload) - 1, max(2, round(rate * scenario.duration)))
+    # Keep the first rate x duration requests and compress them to end at the window's end;
+    # the rate is sized on the requests kept (a fixed point, reached in a few rounds).
+    count = len(workload) - 1
+    for _ in range(4):
+        rate = target * max_request_rate(
+            replicas=fleet_specs(scenario),
+            prompt_tokens=workload.prompt_tokens[:count],
+            output_tokens=workload.output_tokens[:count],
+        )
+        count = min(len(workload) - 1, max(2, round(rate * scenario.duration)))
     factor = float(workload.arrival_s[count]) / scenario.duration
     return slice_window(compress(workload, factor=factor), duration_s=scenario.duration)
 

@@ -159,8 +159,9 @@ def _cap(*, reading: Reading, settings: PolicySettings) -> int:
     # Requests in flight now each hold kv / running of the cache on average; that many more
     # fit until the watermark, plus some slack so a short request is not kept waiting.
     sustainable = running * settings.kv_high_watermark / kv
-    wanted = math.ceil(sustainable * (1.0 + settings.cap_headroom))
-    return min(ceiling, max(settings.min_in_flight_per_pod, wanted))
+    # Clamp before ceil: absurd inputs (running 1e308) overflow to inf, which ceil rejects.
+    wanted = min(float(ceiling), sustainable * (1.0 + settings.cap_headroom))
+    return max(settings.min_in_flight_per_pod, math.ceil(wanted))
 
 
 def _ramp(*, ready_for_s: float, settings: PolicySettings) -> float:

@@ -42,8 +42,10 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
 class PolicySettings:
     """Tuning of :func:`trimtab.policy.compute_decision` and of the Envoy load balancer."""
 
-    max_in_flight_per_pod: int = 64
-    """Static ceiling of every pod's in-flight cap, requests. Range 1..1,000,000. Default 64."""
+    max_in_flight_per_pod: int = 1024
+    """Static ceiling of every pod's in-flight cap, requests. Range 1..1,000,000. Default 1024:
+    above vLLM's usual 256-sequence batch, so the cap only guards against overload (at 64 the
+    simulator saw 11 % of the Azure conversation trace rejected)."""
 
     min_in_flight_per_pod: int = 4
     """Floor of an adaptive cap, requests. Range 1..1,000,000, at most the ceiling. Default 4."""

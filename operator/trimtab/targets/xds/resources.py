@@ -55,8 +55,8 @@ def build_cluster(
             default_value=policy.active_request_bias, runtime_key="trimtab.active_request_bias"
         ),
     )
-    if policy.slow_start > 0:
-        least_request.slow_start_config.slow_start_window.CopyFrom(_duration(policy.slow_start))
+    # No slow_start_config: the policy already ramps a new pod's weight over slowStart (from
+    # the pod's Ready time, surviving Envoy restarts); Envoy's own ramp on top would square it.
     return cluster_pb2.Cluster(
         name=name,
         type=cluster_pb2.Cluster.EDS,
