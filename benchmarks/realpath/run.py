@@ -5,7 +5,7 @@ and the simulator runs a copy of the scenario on that CSV (replayed as recorded,
 same drain), so both see identical requests. The page ``benchmarks/results/realpath.md``
 compares p99 latencies and the ratios trimtab/round-robin and trimtab/least-request.
 
-Run: ``.venv/bin/python benchmarks/realpath/run.py [--time-scale 5] [SCENARIO.yaml ...]``
+Run: ``.venv/bin/python benchmarks/realpath/run.py [--time-scale 3] [SCENARIO.yaml ...]``
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _ratios(policies: dict[str, Any], metric: str) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", type=Path)
-    parser.add_argument("--time-scale", type=float, default=5.0)
+    parser.add_argument("--time-scale", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=HERE / "out")
     args = parser.parse_args()
     paths = args.scenarios or sorted((HERE / "scenarios").glob("*.yaml"))

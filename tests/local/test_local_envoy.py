@@ -23,7 +23,6 @@ import contextlib
 from collections.abc import Callable
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from local.conftest import CLUSTER, INTERVAL_S, POD_NAMES, Stack, engine_load, poll

@@ -3,9 +3,9 @@
 ``round_robin``, ``least_request`` and ``least_request_full_scan`` are Envoy clusters with equal
 weights and no caps (circuit breakers raised out of the way). ``epp`` scores every request on
 engine metrics refreshed every 50 ms, like the Gateway API Inference Extension's endpoint
-picker. ``ideal`` holds one shared FIFO and hands the head to the replica with the most KV
-headroom as soon as one can admit it, on fresh state: the lower bound. trimtab itself is in
-:mod:`trimtab.sim.trimtab_balancer`.
+picker. ``ideal`` holds one shared FIFO and, on fresh state, hands the head to the replica that
+will give it its first token soonest as soon as one can admit it at once: the lower bound.
+trimtab itself is in :mod:`trimtab.sim.trimtab_balancer`.
 """
 
 from __future__ import annotations
@@ -106,15 +106,29 @@ class EndpointPicker:
 
 
 class SharedQueue:
-    """One FIFO in front of the fleet, dispatching when a replica can admit (lower bound).
+    """One FIFO in front of the fleet on fresh state, no staleness (the lower bound).
 
-    A replica can take the head when its batch (running + waiting) has room under
-    ``max_num_seqs`` and its KV, after everything already queued on it and the head's prompt,
-    keeps ``reserve`` of its blocks free for decode growth. The head goes to the replica with
-    the most such headroom, observed without delay.
+    A replica *can admit* the head when its batch (running + waiting) has room under
+    ``max_num_seqs`` and its free KV blocks, after everything already waiting on it and the
+    head's prompt, stay above the engine's admission watermark plus ``reserve`` (a share of its
+    blocks): the engine then schedules the head in its very next iteration, as nothing waits
+    for KV there. While no replica can admit the head, it waits in the shared queue (one queue
+    for the whole fleet, so the first replica to free room serves it); a replica that is alone
+    with nothing always can.
+
+    Among the replicas that can admit it, the head goes to the one that will give it its first
+    token soonest: the end of the iteration in progress plus the prefill of everything queued
+    before it and of its own prompt, in iterations of the remaining token budget, divided by
+    the replica's speed. With exact remaining prefill work this is the routing under which
+    every request starts exactly when a central FCFS queue would start it. First-token times
+    within one engine iteration of the best are not told apart; among those the replica whose
+    decode iteration (with the head added) is fastest wins, which is the one with the most KV
+    and batch headroom, speed-aware. Ties go to the lowest index, so runs are deterministic.
     """
 
-    def __init__(self, *, reserve: float = 0.1) -> None:
+    def __init__(self, *, reserve: float = 0.01) -> None:
+        if not 0.0 <= reserve < 1.0:
+            raise ValueError(f"reserve must be in [0, 1), got {reserve!r}")
         self._reserve = reserve
         self._queue: deque[int] = deque()
         self._fleet: Fleet | None = None
@@ -134,19 +148,44 @@ class SharedQueue:
         assert fleet is not None
         while self._queue:
             head = self._queue[0]
-            best, best_room = -1, -math.inf
-            for host, replica in enumerate(fleet.replicas):
-                state = fleet.observe(host=host, now=now)
-                profile = replica.profile
-                if state.running + state.waiting >= profile.max_num_seqs:
-                    continue
-                size = profile.block_size
-                queued = -(-(state.waiting_tokens + fleet.prompt_tokens[head]) // size)
-                room = state.kv_blocks_total - state.kv_blocks_used - queued
-                reserve = self._reserve * state.kv_blocks_total
-                if (room >= reserve or state.running + state.waiting == 0) and room > best_room:
-                    best, best_room = host, room
-            if best < 0:
+            host = self._choose(fleet=fleet, prompt=fleet.prompt_tokens[head], now=now)
+            if host < 0:
                 return
             self._queue.popleft()
-            fleet.send(request=head, host=best, now=now)
+            fleet.send(request=head, host=host, now=now)
+
+    def _choose(self, *, fleet: Fleet, prompt: int, now: float) -> int:
+        """The host for a prompt of ``prompt`` tokens, or -1 when no replica can admit it."""
+        # (first token time, one iteration there, decode iteration time, host) per candidate.
+        candidates: list[tuple[float, float, float, int]] = []
+        for host, replica in enumerate(fleet.replicas):
+            state = fleet.observe(host=host, now=now)
+            profile = replica.profile
+            batch = state.running + state.waiting
+            if batch >= profile.max_num_seqs:
+                continue
+            prefill = state.waiting_tokens + prompt
+            blocks = -(-prefill // profile.block_size)
+            free = state.kv_blocks_total - state.kv_blocks_used
+            floor = math.ceil((profile.watermark + self._reserve) * state.kv_blocks_total)
+            if batch > 0 and free - blocks < floor:
+                continue
+            kv_tokens = state.kv_blocks_used * profile.block_size
+            iteration = profile.step_time_s(seqs=batch + 1, kv_tokens=kv_tokens, prefill_tokens=0)
+            budget = max(1, profile.max_num_batched_tokens - state.running)
+            iterations = -(-prefill // budget)
+            prefill_s = iterations * iteration + profile.step_per_prefill_token_s * prefill
+            first = max(now, replica.now) + prefill_s / replica.speed
+            decode = (
+                profile.step_time_s(
+                    seqs=batch + 1,
+                    kv_tokens=kv_tokens + blocks * profile.block_size,
+                    prefill_tokens=0,
+                )
+                / replica.speed
+            )
+            candidates.append((first, iteration / replica.speed, decode, host))
+        if not candidates:
+            return -1
+        soonest, step, _, _ = min(candidates)
+        return min((c[2], c[0], c[3]) for c in candidates if c[0] <= soonest + step)[2]
