@@ -17,6 +17,7 @@ __all__ = ["main"]
 
 # name -> "module:attribute" of a click command, loaded on first use.
 _LAZY_COMMANDS: dict[str, str] = {
+    "demo": "trimtab.demo.command:demo",
     "emulate": "trimtab.emulator.command:emulate_command",
     "envoy-bootstrap": "trimtab.envoy.command:envoy_bootstrap",
     "run": "trimtab.controller.command:run",

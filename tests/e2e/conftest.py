@@ -61,7 +61,7 @@ async def eventually(check: Callable[[], T], *, timeout_s: float = 20.0, what: s
 
 
 def pool_spec(*, port: int, source: str, prometheus_url: str | None = None) -> dict[str, Any]:
-    """The pool under test: 500 ms cycles, stale after 3 s, no slow start, one Envoy cluster."""
+    """The pool under test: 500 ms cycles, stale after 3 s, fast policy, one Envoy cluster."""
     metrics: dict[str, Any] = {"source": source, "interval": "500ms", "staleAfter": "3s"}
     if prometheus_url is not None:
         metrics["prometheus"] = {"url": prometheus_url, "timeout": "1s"}
@@ -70,7 +70,14 @@ def pool_spec(*, port: int, source: str, prometheus_url: str | None = None) -> d
         "targetPorts": [{"number": port}],
         "engine": "vllm",
         "metrics": metrics,
-        "policy": {"slowStart": "0s"},
+        # Weights react at a test's pace: the load below fills ~25 % of one pod's KV, so the
+        # equal-weights band ends at 10 %, and smoothing/decay take seconds, not half a minute.
+        "policy": {
+            "slowStart": "0s",
+            "kvLowWatermark": 0.1,
+            "smoothing": "2s",
+            "staleDecay": "2s",
+        },
         # No Envoy connects: the built-in xDS cache is fed all the same, and the status is
         # what these tests read.
         "targets": [{"envoy": {"cluster": POOL}}],
