@@ -29,6 +29,7 @@ EVERY_KNOB_CHANGED = {
     "kvLowWatermark": 0.6,
     "kvHighWatermark": 0.95,
     "queueWeight": 1.0,
+    "speedWeight": 3.0,
     "smoothing": "10s",
     "minWeightChange": 0.1,
     "weightScale": 500,

@@ -130,7 +130,11 @@ async def test_preemption_counter_becomes_a_rate(servers: Servers) -> None:
     totals = itertools.count(start=100, step=5)
 
     async def rising(request: web.Request) -> web.StreamResponse:
-        text = f'vllm:num_preemptions_total{{model_name="m"}} {next(totals)}\n'
+        total = next(totals)
+        text = (
+            f'vllm:num_preemptions_total{{model_name="m"}} {total}\n'
+            f'vllm:generation_tokens_total{{model_name="m"}} {total * 100}\n'
+        )
         return web.Response(text=text + samples.VLLM_OLD_KV_NAME)
 
     port = await servers.serve(rising)
@@ -143,6 +147,10 @@ async def test_preemption_counter_becomes_a_rate(servers: Servers) -> None:
     assert first[PodName("a")].preemption_rate is None
     rate = second[PodName("a")].preemption_rate
     assert rate is not None and rate > 0
+    # Generated tokens are a counter too: no rate on the first scrape, then tokens/s.
+    assert first[PodName("a")].decode_tokens_per_s is None
+    decode = second[PodName("a")].decode_tokens_per_s
+    assert decode is not None and decode == pytest.approx(100 * rate)
 
 
 async def test_build_source_scrapes_the_metrics_port_and_path(servers: Servers) -> None:

@@ -110,7 +110,10 @@ async def test_counter_becomes_a_rate(servers: Servers, prometheus: StartPrometh
 
     async def rising(request: web.Request) -> web.StreamResponse:
         total = round(10 * (time.monotonic() - started))
-        text = f'vllm:num_preemptions_total{{model_name="m"}} {total}\n'
+        text = (
+            f'vllm:num_preemptions_total{{model_name="m"}} {total}\n'
+            f'vllm:generation_tokens_total{{model_name="m"}} {total * 100}\n'
+        )
         return web.Response(text=text + samples.VLLM_OLD_KV_NAME)
 
     url = await prometheus(
@@ -126,6 +129,8 @@ async def test_counter_becomes_a_rate(servers: Servers, prometheus: StartPrometh
     # The first rate covers a partly filled window, so only its sign is certain.
     rate = found[PodName("r")].preemption_rate
     assert rate is not None and rate > 0
+    decode = found[PodName("r")].decode_tokens_per_s
+    assert decode is not None and decode > 0
 
 
 async def test_old_samples_carry_their_age(servers: Servers, prometheus: StartPrometheus) -> None:
@@ -196,3 +201,15 @@ async def test_unreachable_prometheus_is_a_source_failure() -> None:
             await source.read(endpoints=_endpoints("a"))
     finally:
         await source.aclose()
+
+
+def test_decode_tokens_query_is_a_rate_for_counters_only() -> None:
+    def query(engine: Engine) -> str:
+        source = PrometheusSource(
+            pool=POOL, profile=profile_for(engine=engine), url="http://127.0.0.1:1"
+        )
+        return source.queries()["decode_tokens_per_s"]
+
+    assert "rate(vllm:generation_tokens_total{" in query(Engine.VLLM)
+    assert "rate(" not in query(Engine.SGLANG)
+    assert "sglang:gen_throughput{" in query(Engine.SGLANG)

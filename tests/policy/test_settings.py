@@ -28,6 +28,7 @@ BAD_VALUES: dict[str, list[object]] = {
     "weight_floor": [0.0, 2.0],
     "adaptive_caps": [1, "yes", None],
     "cap_headroom": [-0.5],
+    "speed_weight": [-0.1, 10.5, math.nan],
     "drain_preemption_rate": [0.0, -1.0, math.nan],
     "drain_cap_fraction": [0.0, 1.1],
     "active_request_bias": [-0.1, math.inf],

@@ -6,10 +6,13 @@ Skipped here: states (``test_states.py``) and malformed input (``test_robustness
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trimtab.api.records import Decision, PodDecision, PodName, PodState
+from trimtab.api.records import Decision, PodDecision, PodInput, PodName, PodState
 from trimtab.policy import PolicySettings, compute_decision
 
 from .builders import pod, weights
@@ -141,3 +144,69 @@ def test_no_smoothing_jumps_to_target() -> None:
     changed = [pod("a", kv=0.1), pod("b", kv=0.89)]
     jumped = compute_decision(pods=changed, previous=first, settings=sharp, elapsed_s=0.0)
     assert jumped == compute_decision(pods=changed, previous=None, settings=sharp, elapsed_s=0)
+
+
+SPEEDY = PolicySettings(speed_weight=4.0)
+
+
+def _sped(name: str, *, tokens_per_s: float | None, running: float = 16.0) -> PodInput:
+    base = pod(name, running=running)
+    assert base.sample is not None
+    sample = dataclasses.replace(base.sample, decode_tokens_per_s=tokens_per_s)
+    return dataclasses.replace(base, sample=sample)
+
+
+def test_slow_decoder_gets_less_weight_only_when_the_term_is_on() -> None:
+    pods = [_sped(f"fast{i}", tokens_per_s=800.0) for i in range(3)]
+    pods.append(_sped("slow", tokens_per_s=400.0))
+    on = weights(compute_decision(pods=pods, previous=None, settings=SPEEDY, elapsed_s=2.0))
+    off_settings = PolicySettings(speed_weight=0.0)
+    off = weights(compute_decision(pods=pods, previous=None, settings=off_settings, elapsed_s=2.0))
+    assert set(off.values()) == {DEFAULTS.weight_scale}
+    assert on["fast0"] == on["fast1"] == on["fast2"] == SPEEDY.weight_scale
+    # 0.5 of the best, 0.625 of the tolerance-adjusted best, to the 4th power.
+    assert on["slow"] == round(SPEEDY.weight_scale * 0.625**4)
+
+
+def test_speed_within_tolerance_or_unknown_or_idle_keeps_equal_weights() -> None:
+    pods = [
+        _sped("best", tokens_per_s=1000.0),
+        _sped("close", tokens_per_s=850.0),
+        _sped("unknown", tokens_per_s=None),
+        _sped("idle", tokens_per_s=10.0, running=2.0),
+        _sped("garbage", tokens_per_s=math.nan),
+    ]
+    got = weights(compute_decision(pods=pods, previous=None, settings=SPEEDY, elapsed_s=2.0))
+    assert set(got.values()) == {SPEEDY.weight_scale}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    others=st.lists(
+        st.tuples(loads, st.floats(min_value=0.0, max_value=5000.0)), min_size=0, max_size=5
+    ),
+    kv=loads,
+    rate=st.floats(min_value=0.0, max_value=5000.0),
+    slowdown=st.floats(min_value=0.0, max_value=1.0),
+    running=st.floats(min_value=0.0, max_value=64.0),
+    speed_weight=st.floats(min_value=0.0, max_value=10.0),
+)
+def test_slower_pod_never_gets_more_weight(
+    others: list[tuple[float, float]],
+    kv: float,
+    rate: float,
+    slowdown: float,
+    running: float,
+    speed_weight: float,
+) -> None:
+    tuned = PolicySettings(speed_weight=speed_weight)
+    rest = [_sped(f"o{i}", tokens_per_s=r) for i, (k, r) in enumerate(others)]
+
+    def my_weight(tokens_per_s: float) -> int:
+        me = _sped("me", tokens_per_s=tokens_per_s, running=running)
+        assert me.sample is not None
+        me = dataclasses.replace(me, sample=dataclasses.replace(me.sample, kv_usage=kv))
+        decision = compute_decision(pods=[me, *rest], previous=None, settings=tuned, elapsed_s=2.0)
+        return weights(decision)["me"]
+
+    assert my_weight(rate * (1.0 - slowdown)) <= my_weight(rate)

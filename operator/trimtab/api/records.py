@@ -65,6 +65,9 @@ class PodSample:
     """Preemptions per second over the last window (rate of a counter)."""
     age_s: float | None = None
     """Seconds between the sample being taken and the decision; ``None`` when unknown."""
+    decode_tokens_per_s: float | None = None
+    """Output tokens the pod generated per second over the last window (rate of a counter such
+    as ``vllm:generation_tokens_total``)."""
 
 
 @dataclass(frozen=True)

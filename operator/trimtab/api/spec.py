@@ -363,6 +363,13 @@ class PolicySpec(_Model):
         le=100,
         description="How much each request queued in the engine cuts a pod's weight; 0: off.",
     )
+    speed_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Exponent of the decode-speed factor: a pod decoding each sequence slower "
+        "than the pool's best gets less weight; 0: off.",
+    )
     smoothing: Duration = Field(
         default=DurationValue("30s"), description="Time constant of weight smoothing; 0s: none."
     )

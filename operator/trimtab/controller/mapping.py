@@ -33,6 +33,7 @@ def settings_from_spec(spec: InferencePoolSpec) -> PolicySettings:
             kv_low_watermark=policy.kv_low_watermark,
             kv_high_watermark=policy.kv_high_watermark,
             queue_weight=policy.queue_weight,
+            speed_weight=policy.speed_weight,
             smoothing_s=float(policy.smoothing),
             min_weight_change=policy.min_weight_change,
             weight_scale=policy.weight_scale,

@@ -163,7 +163,11 @@ def demo(
         )
     except ComponentFailed as exc:
         raise click.ClickException(str(exc)) from exc
-    _print_table(payload, console=Console())
+    # Piped output (CI logs, `| tee`) would get rich's 80 columns and truncated names.
+    table_console = Console()
+    if not table_console.is_terminal:
+        table_console = Console(width=132)
+    _print_table(payload, console=table_console)
 
 
 def run_and_report(

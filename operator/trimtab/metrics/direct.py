@@ -64,6 +64,7 @@ class DirectSource:
         self._timeout_s = timeout_s
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._rates = CounterRates()
+        self._decode_rates = CounterRates()
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(max_connections=max_concurrency),
@@ -81,6 +82,7 @@ class DirectSource:
                 f"({len(endpoints)} tried; e.g. {failures[0]})"
             )
         self._rates.retain(pods=[e.name for e in endpoints])
+        self._decode_rates.retain(pods=[e.name for e in endpoints])
         now = time.monotonic()
         return {
             endpoint.name: self._sample(pod=endpoint.name, scrape=scrape, now=now)
@@ -93,6 +95,7 @@ class DirectSource:
     def _sample(self, *, pod: PodName, scrape: _Scrape | str, now: float) -> PodSample:
         if isinstance(scrape, str):
             self._rates.update(pod=pod, total=None, at=now)
+            self._decode_rates.update(pod=pod, total=None, at=now)
             return PodSample()
         profile, series = self._profile, scrape.series
         preemption_rate = None
@@ -107,7 +110,17 @@ class DirectSource:
             else evaluate(signal=profile.kv_usage, series=series),
             preemption_rate=preemption_rate,
             age_s=max(0.0, now - scrape.at),
+            decode_tokens_per_s=self._decode_rate(pod=pod, scrape=scrape),
         )
+
+    def _decode_rate(self, *, pod: PodName, scrape: _Scrape) -> float | None:
+        signal = self._profile.decode_tokens
+        if signal is None:
+            return None
+        value = evaluate(signal=signal, series=scrape.series)
+        if not signal.counter:
+            return value
+        return self._decode_rates.update(pod=pod, total=value, at=scrape.at)
 
     async def _scrape(self, *, endpoint: Endpoint) -> _Scrape | str:
         """The pod's parsed series, or a short description of why it could not be read."""

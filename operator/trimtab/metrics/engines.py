@@ -1,6 +1,7 @@
 """What each serving engine calls its load series, and how to fold them into one number.
 
-An :class:`EngineProfile` lists, per signal (running, waiting, KV usage, preemptions), the
+An :class:`EngineProfile` lists, per signal (running, waiting, KV usage, preemptions, decode
+tokens), the
 series to read in order of preference (vLLM's ``kv_cache_usage_perc`` before the older
 ``gpu_cache_usage_perc``) with their label filters (Triton's ``request_type="waiting"``).
 Both sources share :func:`combine`, so a pod reads the same through Prometheus as directly:
@@ -57,6 +58,8 @@ class Signal:
     aggregation: Aggregation
     scale: float = 1.0
     """Multiplier after aggregation, e.g. ``1 / token_budget`` to turn tokens into a fraction."""
+    counter: bool = False
+    """A counter that sources turn into a rate per second (``rate()``); else a gauge read as is."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,9 +72,11 @@ class EngineProfile:
     kv_usage: Signal | None
     preemptions: Signal | None
     """A counter (or sum of counters): sources turn it into a rate per second."""
+    decode_tokens: Signal | None = None
+    """Output tokens generated: a counter (vLLM) turned into tokens/s, or a tokens/s gauge."""
 
     def signals(self) -> tuple[Signal, ...]:
-        found = (self.running, self.waiting, self.kv_usage, self.preemptions)
+        found = (self.running, self.waiting, self.kv_usage, self.preemptions, self.decode_tokens)
         return tuple(signal for signal in found if signal is not None)
 
     def sample_names(self) -> frozenset[str]:
@@ -82,6 +87,12 @@ def _one(name: str, aggregation: Aggregation, **labels: str) -> Signal:
     return Signal(
         selectors=(Selector(name=name, labels=tuple(sorted(labels.items()))),),
         aggregation=aggregation,
+    )
+
+
+def _counter(*names: str) -> Signal:
+    return Signal(
+        selectors=tuple(Selector(name=name) for name in names), aggregation=_SUM, counter=True
     )
 
 
@@ -101,6 +112,7 @@ _PROFILES: dict[Engine, EngineProfile] = {
             aggregation=_MAX,
         ),
         preemptions=_one("vllm:num_preemptions_total", _SUM),
+        decode_tokens=_counter("vllm:generation_tokens_total"),
     ),
     Engine.SGLANG: EngineProfile(
         engine=Engine.SGLANG,
@@ -109,6 +121,8 @@ _PROFILES: dict[Engine, EngineProfile] = {
         kv_usage=_one("sglang:token_usage", _MAX),
         # SGLang calls preemption "retraction"; ``num_retracted_reqs`` is a per-batch gauge.
         preemptions=_one("sglang:num_retracted_requests_total", _SUM),
+        # The gauge is SGLang's own tokens/s over its last decode log interval.
+        decode_tokens=_one("sglang:gen_throughput", _SUM),
     ),
     Engine.TGI: EngineProfile(
         engine=Engine.TGI,
@@ -116,6 +130,10 @@ _PROFILES: dict[Engine, EngineProfile] = {
         waiting=_one("tgi_queue_size", _SUM),
         kv_usage=None,
         preemptions=None,
+        # A histogram of tokens per finished request: its _sum counts tokens at completion.
+        decode_tokens=_counter(
+            "tgi_request_generated_tokens_sum", "tgi_request_generated_tokens_total"
+        ),
     ),
     Engine.TRTLLM: EngineProfile(
         engine=Engine.TRTLLM,
@@ -172,6 +190,7 @@ def profile_for(
             waiting=profile.waiting,
             kv_usage=kv,
             preemptions=None,
+            decode_tokens=profile.decode_tokens,
         )
     return profile
 

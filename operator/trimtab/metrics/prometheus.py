@@ -90,6 +90,10 @@ class PrometheusSource:
             found["kv_usage"] = self._gauge_query(profile.kv_usage)
         if profile.preemptions is not None:
             found["preemption_rate"] = self._rate_query(profile.preemptions)
+        decode = profile.decode_tokens
+        if decode is not None:
+            query = self._rate_query if decode.counter else self._gauge_query
+            found["decode_tokens_per_s"] = query(decode)
         return found
 
     async def read(self, *, endpoints: Sequence[Endpoint]) -> dict[PodName, PodSample]:
@@ -111,6 +115,7 @@ class PrometheusSource:
             "waiting": self._profile.waiting,
             "kv_usage": self._profile.kv_usage,
             "preemption_rate": self._profile.preemptions,
+            "decode_tokens_per_s": self._profile.decode_tokens,
         }
         values = {
             key: self._per_pod(signal=signal, results=by_signal[key], pods=pods)
@@ -125,6 +130,7 @@ class PrometheusSource:
                 kv_usage=values.get("kv_usage", {}).get(endpoint.name),
                 preemption_rate=values.get("preemption_rate", {}).get(endpoint.name),
                 age_s=ages.get(endpoint.name),
+                decode_tokens_per_s=values.get("decode_tokens_per_s", {}).get(endpoint.name),
             )
             for endpoint in endpoints
         }

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trimtab.api.records import Decision, PodDecision, PodInput, PodState
-from trimtab.policy.readings import Reading, read_sample, score_headroom
+from trimtab.policy.readings import Reading, read_sample, score_headroom, speed_factor
 from trimtab.policy.settings import PolicySettings
 from trimtab.policy.settling import settle_cap, settle_weight, smoothing_factor
 
@@ -66,8 +66,26 @@ def compute_decision(
         (s for s, r, d in zip(scores, readings, draining, strict=True) if r.fresh and not d),
         default=0.0,
     )
+    best_rate = max(
+        (
+            r.per_sequence_rate
+            for r, d in zip(readings, draining, strict=True)
+            if r.fresh and not d and r.per_sequence_rate is not None
+        ),
+        default=0.0,
+    )
     plans = [
-        _plan(pod=pod, reading=reading, draining=drain, score=score, best=best, settings=settings)
+        _plan(
+            pod=pod,
+            reading=reading,
+            draining=drain,
+            score=score,
+            best=best,
+            speed=speed_factor(reading=reading, best_rate=best_rate, settings=settings)
+            if reading.fresh
+            else 1.0,
+            settings=settings,
+        )
         for pod, reading, drain, score in zip(unique, readings, draining, scores, strict=True)
     ]
     return Decision(
@@ -108,6 +126,7 @@ def _plan(
     draining: bool,
     score: float,
     best: float,
+    speed: float,
     settings: PolicySettings,
 ) -> _Plan:
     low, high = settings.min_weight, settings.weight_scale
@@ -126,14 +145,17 @@ def _plan(
     if reading.fresh and best > 0.0:
         # Relative to the best fresh pod: a uniform rise in load changes no weight.
         target = low + (high - low) * min(1.0, score / best)
-        state, reason = PodState.SERVING, _load_reason(reading)
+        state, reason = PodState.SERVING, _load_reason(reading, speed)
     elif reading.fresh:
         target = float(high)
-        state, reason = PodState.SERVING, _load_reason(reading)
+        state, reason = PodState.SERVING, _load_reason(reading, speed)
     else:
         # Unknown load reads as "average": the equal weights the fleet would have without us.
         target = float(high)
         state, reason = PodState.STALE, _stale_reason(reading)
+    if state is PodState.SERVING and speed < 1.0:
+        # A slow decoder finishes long requests late: fewer of them, whatever its headroom.
+        target = max(float(low), target * speed)
     ramp = _ramp(ready_for_s=pod.ready_for_s, settings=settings)
     if ramp < 1.0:
         warmed = f"warming {max(0.0, pod.ready_for_s):.0f}/{settings.slow_start_s:.0f}s"
@@ -211,7 +233,7 @@ def _settle(
     )
 
 
-def _load_reason(reading: Reading) -> str:
+def _load_reason(reading: Reading, speed: float = 1.0) -> str:
     parts = []
     if reading.kv_usage is not None:
         parts.append(f"kv {reading.kv_usage:.2f}")
@@ -219,6 +241,8 @@ def _load_reason(reading: Reading) -> str:
         parts.append(f"q {reading.waiting:g}")
     if reading.running is not None and reading.kv_usage is None:
         parts.append(f"running {reading.running:g}")
+    if speed < 1.0:
+        parts.append(f"speed {speed:.2f}")
     return " ".join(parts)
 
 

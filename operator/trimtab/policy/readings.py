@@ -14,11 +14,18 @@ from dataclasses import dataclass
 from trimtab.api.records import PodSample
 from trimtab.policy.settings import PolicySettings
 
-__all__ = ["Reading", "read_sample", "score_headroom"]
+__all__ = ["Reading", "read_sample", "score_headroom", "speed_factor"]
 
 # Score of a pod at or past the KV watermark: small but non-zero so that the queue still ranks
 # saturated pods against each other instead of all tying at zero.
 _SATURATED_SCORE = 0.01
+
+# A per-sequence decode rate means little on a nearly idle pod (a single sequence decodes fast
+# on any GPU), so only pods running at least this many requests are compared.
+_MIN_RUNNING_FOR_SPEED = 4.0
+# Rates within this share of the pool's best read as "as fast as the best": scrape noise between
+# equal pods must not make weights differ (which would take Envoy off power-of-two-choices).
+_SPEED_TOLERANCE = 0.8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +41,8 @@ class Reading:
     """``None`` when the source did not say; never negative."""
     fresh: bool
     """At least one load series is usable and the sample is not older than ``stale_after_s``."""
+    per_sequence_rate: float | None = None
+    """Decode tokens/s per running request; ``None`` when unknown or too few requests run."""
 
 
 def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Reading:
@@ -48,6 +57,10 @@ def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Readin
     if kv_usage is not None:
         kv_usage = min(kv_usage, 1.0)
     age_s, age_known_bad = _clean_age(sample.age_s)
+    decode = _clean(sample.decode_tokens_per_s)
+    per_sequence_rate = None
+    if decode is not None and running is not None and running >= _MIN_RUNNING_FOR_SPEED:
+        per_sequence_rate = decode / running
     has_load = running is not None or waiting is not None or kv_usage is not None
     too_old = age_known_bad or (age_s is not None and age_s > settings.stale_after_s)
     return Reading(
@@ -57,6 +70,7 @@ def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Readin
         preemption_rate=_clean(sample.preemption_rate),
         age_s=age_s,
         fresh=has_load and not too_old,
+        per_sequence_rate=per_sequence_rate,
     )
 
 
@@ -72,6 +86,20 @@ def score_headroom(*, reading: Reading, settings: PolicySettings) -> float:
     kv_headroom = min(1.0, max(_SATURATED_SCORE, (high - kv) / (high - low)))
     waiting = reading.waiting or 0.0
     return kv_headroom / (1.0 + settings.queue_weight * waiting)
+
+
+def speed_factor(*, reading: Reading, best_rate: float, settings: PolicySettings) -> float:
+    """Weight multiplier in ``[weight_floor, 1]`` for a pod decoding slower than the pool's best.
+
+    ``best_rate`` is the highest per-sequence rate among the pool's fresh pods. Unknown rates,
+    ``speed_weight`` 0 and rates within the tolerance of the best give 1. Monotonic: a slower
+    pod never gets a larger factor.
+    """
+    rate = reading.per_sequence_rate
+    if settings.speed_weight <= 0.0 or rate is None or not best_rate > 0.0:
+        return 1.0
+    relative = min(1.0, rate / (_SPEED_TOLERANCE * best_rate))
+    return max(settings.weight_floor, math.pow(relative, settings.speed_weight))
 
 
 def _clean(value: float | None) -> float | None:

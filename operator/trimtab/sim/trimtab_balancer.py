@@ -1,10 +1,11 @@
 """trimtab in the simulator: the real policy, fed through a modelled observation pipeline.
 
 Engine metrics are scraped every ``scrape_interval_s``; the controller decides every
-``decide_interval_s`` from the latest scrape (whose age it passes on) and a preemption rate over
-``rate_window_s``; the decision reaches Envoy ``delay_s`` later, as weights and per-host caps of
-an :class:`~trimtab.sim.envoy.EnvoyCluster` running weighted LEAST_REQUEST with the policy's
-``active_request_bias``, ``choice_count`` and ``max_pending_requests``.
+``decide_interval_s`` from the latest scrape (whose age it passes on) and preemption and
+generated-token rates over ``rate_window_s``; the decision reaches Envoy ``delay_s`` later, as
+weights and per-host caps of an :class:`~trimtab.sim.envoy.EnvoyCluster` running weighted
+LEAST_REQUEST with the policy's ``active_request_bias``, ``choice_count`` and
+``max_pending_requests``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Observation:
     delay_s: float = 0.25
     """Seconds from a decision to Envoy applying it (query, compute, xDS push)."""
     rate_window_s: float = 10.0
-    """Window of the preemption rate, like ``rate(vllm:num_preemptions_total[10s])``."""
+    """Window of the preemption and decode-token rates, like
+    ``rate(vllm:num_preemptions_total[10s])``."""
 
     def __post_init__(self) -> None:
         if min(self.scrape_interval_s, self.decide_interval_s, self.rate_window_s) <= 0:
@@ -120,12 +122,16 @@ class TrimtabBalancer(EnvoyBalancer):
         oldest = next((s for s in history if s.time_s >= window_start - 1e-9), latest)
         span = latest.time_s - oldest.time_s
         rate = (latest.preemptions_total - oldest.preemptions_total) / span if span > 0 else 0.0
+        # Like rate(vllm:generation_tokens_total[window]): no rate before two scrapes.
+        generated = latest.generated_tokens_total - oldest.generated_tokens_total
+        decode = generated / span if span > 0 else None
         return PodSample(
             running=float(latest.running),
             waiting=float(latest.waiting),
             kv_usage=latest.kv_usage,
             preemption_rate=rate,
             age_s=max(0.0, now - latest.time_s),
+            decode_tokens_per_s=decode,
         )
 
     def _apply(self, decision: Decision, now: float) -> None:
