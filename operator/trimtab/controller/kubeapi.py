@@ -9,6 +9,7 @@ responses are cut to 256 characters so that a Secret never ends up in a log line
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,10 @@ import kopf
 
 from trimtab.errors import KubeApiError, KubeConflict, KubeNotFound
 
-__all__ = ["KubeApi"]
+__all__ = [
+    "KubeApi",
+    "parse_time",
+]
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -100,3 +104,14 @@ def _result(*, method: str, path: str, response: httpx.Response) -> dict[str, An
     if response.status_code == 409:
         raise KubeConflict(message, status=409)
     raise KubeApiError(message, status=response.status_code)
+
+
+def parse_time(text: str | None) -> datetime.datetime | None:
+    """A Kubernetes RFC 3339 timestamp as an aware datetime; ``None`` when absent or invalid."""
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)

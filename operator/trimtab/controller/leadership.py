@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from trimtab.controller import kubeapi
 from trimtab.controller.kubeapi import KubeApi
 from trimtab.errors import KubeApiError, KubeConflict, KubeNotFound
 
@@ -88,7 +89,7 @@ class LeaseElector(Leadership):
             return await self._write(create=True, lease=None, now=now, was=was)
         spec = lease.get("spec", {})
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
+        renewed = kubeapi.parse_time(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or self._duration_s)
         expired = renewed is None or now > renewed + datetime.timedelta(seconds=duration)
         if holder != self._identity and not expired:
@@ -139,13 +140,3 @@ class LeaseElector(Leadership):
         self._leader_until = None
         if was:
             self._logger.info("Lost the leadership (Lease %s/%s)", self._namespace, self._name)
-
-
-def _parse(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypedDict
 
 from trimtab.api.records import Endpoint, PodName
 from trimtab.api.spec import InferencePoolSpec, LabelSelector, SelectorOperator
+from trimtab.controller import kubeapi
 
 __all__ = [
     "Member",
@@ -101,7 +102,7 @@ def pod_record(raw: Mapping[str, Any]) -> PodRecord | None:
         namespace=meta.get("namespace", ""),
         ip=status["podIP"],
         labels=dict(meta.get("labels", {})),
-        ready_since=_parse_time(ready.get("lastTransitionTime")),
+        ready_since=kubeapi.parse_time(ready.get("lastTransitionTime")),
     )
 
 
@@ -151,13 +152,3 @@ def ready_for_s(*, member: Member, now: datetime.datetime) -> float:
     if member.ready_since is None:
         return math.inf
     return max(0.0, (now - member.ready_since).total_seconds())
-
-
-def _parse_time(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)

@@ -15,6 +15,7 @@ import numpy as np
 
 from trimtab.demo.loadgen import Outcome
 from trimtab.demo.watching import Sample
+from trimtab.sim.plotting import draw_cdfs
 
 __all__ = ["ModeTrace", "plot_demo"]
 
@@ -67,16 +68,11 @@ def plot_demo(
             axes.legend(fontsize="small", loc="lower right")
     for offset, label in enumerate(("TTFT", "end-to-end")):
         axes = figure.add_subplot(grid[1, offset * width // 2 : (offset + 1) * width // 2])
+        latencies = {}
         for name in names:
             values = [(o.ttft_s if offset == 0 else o.e2e_s) for o in modes[name].outcomes if o.ok]
-            latency = np.sort(np.array([v * time_scale for v in values if v is not None]))
-            if len(latency):
-                axes.plot(latency, np.arange(1, len(latency) + 1) / len(latency), label=name)
-        axes.set_xscale("log")
-        axes.set_xlabel(f"{label} (model s), completed requests")
-        axes.set_ylabel("fraction of requests")
-        axes.grid(True, which="both", alpha=0.3)
-        axes.legend(fontsize="small")
+            latencies[name] = np.array([v * time_scale for v in values if v is not None])
+        draw_cdfs(axes=axes, latencies=latencies, xlabel=f"{label} (model s), completed requests")
     figure.suptitle(title)
     figure.savefig(path, dpi=100)
     plt.close(figure)

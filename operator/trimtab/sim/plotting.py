@@ -7,7 +7,9 @@ balancer on log axes. matplotlib is imported lazily with the Agg backend (no dis
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,18 +46,26 @@ def plot_run(run: ScenarioRun, *, path: Path) -> None:
     width = max(len(shown), 2)
     for offset, (label, metric) in enumerate((("TTFT", "first"), ("end-to-end", "finish"))):
         axes = figure.add_subplot(grid[1, offset * width // 2 : (offset + 1) * width // 2])
+        latencies = {}
         for name in names:
             record = run.runs[name].record
             until = record.first_token_s if metric == "first" else record.finish_s
             done = np.isfinite(until) & (record.status == RequestStatus.COMPLETED)
-            latency = np.sort((until - record.arrival_s)[done])
-            if len(latency):
-                axes.plot(latency, np.arange(1, len(latency) + 1) / len(latency), label=name)
-        axes.set_xscale("log")
-        axes.set_xlabel(f"{label} (s)")
-        axes.set_ylabel("fraction of requests")
-        axes.grid(True, which="both", alpha=0.3)
-        axes.legend(fontsize="small")
+            latencies[name] = (until - record.arrival_s)[done]
+        draw_cdfs(axes=axes, latencies=latencies, xlabel=f"{label} (s)")
     figure.suptitle(f"{run.scenario.name}: {run.workload.source}")
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def draw_cdfs(*, axes: Any, latencies: Mapping[str, np.ndarray], xlabel: str) -> None:
+    """One empirical CDF per balancer on log-x axes (shared with the demo's figure)."""
+    for name, values in latencies.items():
+        latency = np.sort(values)
+        if len(latency):
+            axes.plot(latency, np.arange(1, len(latency) + 1) / len(latency), label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel("fraction of requests")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small")
