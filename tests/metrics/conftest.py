@@ -7,21 +7,17 @@ Prometheus is the Debian binary; without it the tests skip locally and fail in C
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
-import yaml
 from aiohttp import web
 
-PROMETHEUS = "/usr/bin/prometheus"
-_READY_TIMEOUT_S = 30.0
+from support.prometheus import ScrapeTarget, require_prometheus, run_prometheus
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -95,79 +91,22 @@ class Target:
 StartPrometheus = Callable[[list[Target]], Awaitable[str]]
 
 
-def _require_prometheus() -> str:
-    found = shutil.which(PROMETHEUS) or shutil.which("prometheus")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{PROMETHEUS} is missing; CI must install the prometheus package")
-        pytest.skip(f"{PROMETHEUS} not installed (apt-get install -y prometheus)")
-    return found
-
-
 @pytest.fixture
 async def prometheus(tmp_path: Path) -> AsyncIterator[StartPrometheus]:
     """Start a real Prometheus scraping ``targets`` every second; returns its base URL."""
-    binary = _require_prometheus()
-    processes: list[asyncio.subprocess.Process] = []
+    binary = require_prometheus()
+    async with contextlib.AsyncExitStack() as stack:
 
-    async def start(targets: list[Target]) -> str:
-        config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
-            "scrape_configs": [
-                {
-                    "job_name": "engines",
-                    "static_configs": [
-                        {"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels} for t in targets
-                    ],
-                }
-            ],
-        }
-        config_path = tmp_path / "prometheus.yml"
-        config_path.write_text(yaml.safe_dump(config))
-        port = closed_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        process = await asyncio.create_subprocess_exec(
-            binary,
-            f"--config.file={config_path}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-            stdout=log,
-            stderr=log,
-        )
-        log.close()
-        processes.append(process)
-        url = f"http://127.0.0.1:{port}"
-        await _wait_ready(url=url, process=process)
-        return url
+        async def start(targets: list[Target]) -> str:
+            scrape = [
+                ScrapeTarget(address="127.0.0.1", port=t.port, labels=t.labels) for t in targets
+            ]
+            server = await stack.enter_async_context(
+                run_prometheus(targets=scrape, workdir=tmp_path, binary=binary)
+            )
+            return server.url
 
-    try:
         yield start
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.terminate()
-                try:
-                    await asyncio.wait_for(process.wait(), timeout=10)
-                except TimeoutError:
-                    process.kill()
-                    await process.wait()
-
-
-async def _wait_ready(*, url: str, process: asyncio.subprocess.Process) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _READY_TIMEOUT_S
-    async with httpx.AsyncClient(timeout=1.0) as client:
-        while loop.time() < deadline:
-            if process.returncode is not None:
-                raise RuntimeError(f"prometheus exited with {process.returncode}")
-            try:
-                if (await client.get(f"{url}/-/ready")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"prometheus at {url} not ready after {_READY_TIMEOUT_S}s")
 
 
 T = TypeVar("T")
