@@ -157,6 +157,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.policy.kvHighWatermark",
         "less than or equal to 1",
     ),
+    ("slow start too long", _with(policy={"slowStart": "2h"}), "spec.policy.slowStart", "1h"),
+    ("smoothing too long", _with(policy={"smoothing": "11m"}), "spec.policy.smoothing", "10m"),
+    (
+        "watermarks crossed",
+        _with(policy={"kvLowWatermark": 0.95, "kvHighWatermark": 0.9}),
+        "spec.policy",
+        "kvLowWatermark (0.95) must be below",
+    ),
     ("bad app protocol", _with(appProtocol="grpc"), "spec.appProtocol", "'http' or 'h2c'"),
     ("unknown field", _with(replicas=3), "spec.replicas", "Extra inputs are not permitted"),
     (

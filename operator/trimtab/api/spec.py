@@ -13,10 +13,18 @@ import enum
 import re
 from typing import Annotated, Any, Self
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from trimtab.api.durations import Duration, DurationValue
+from trimtab.api.durations import Duration, DurationValue, parse_duration
 
 __all__ = [
     "AppProtocol",
@@ -410,18 +418,12 @@ class PolicySpec(_Model):
         description="Cluster-wide bound of Envoy's pending queue; overflow is a 503.",
     )
 
-    @field_validator("slow_start", "stale_decay")
+    @field_validator("slow_start", "stale_decay", "smoothing")
     @classmethod
-    def _at_most_an_hour(cls, value: DurationValue) -> DurationValue:
-        if value > 3600:
-            raise ValueError(f"{value.text} is too long: use at most 1h")
-        return value
-
-    @field_validator("smoothing")
-    @classmethod
-    def _at_most_ten_minutes(cls, value: DurationValue) -> DurationValue:
-        if value > 600:
-            raise ValueError(f"{value.text} is too long: use at most 10m")
+    def _not_too_long(cls, value: DurationValue, info: ValidationInfo) -> DurationValue:
+        limit = "10m" if info.field_name == "smoothing" else "1h"
+        if value > parse_duration(limit):
+            raise ValueError(f"{value.text} is too long: use at most {limit}")
         return value
 
     @model_validator(mode="after")
