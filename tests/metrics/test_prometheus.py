@@ -68,8 +68,17 @@ async def test_reads_the_pool_pods_in_its_namespace(
     source = build_source(pool=POOL, spec=spec(source="prometheus", prometheus={"url": url}))
     endpoints = _endpoints("a", "b", "c", "absent")
     try:
+        # Each signal is its own query: wait until the first scrape is visible to every one.
         found = await _read_when(
-            source, endpoints, lambda f: all(f[PodName(p)].waiting is not None for p in "abc")
+            source,
+            endpoints,
+            lambda f: (
+                all(
+                    None not in (f[PodName(p)].waiting, f[PodName(p)].kv_usage, f[PodName(p)].age_s)
+                    for p in "abc"
+                )
+                and None not in (f[PodName("a")].running, f[PodName("b")].running)
+            ),
         )
     finally:
         await source.aclose()
@@ -98,7 +107,13 @@ async def test_custom_label_names_and_label_filters(
     ).model_copy(update={"engine": Engine.TRITON_TRTLLM})
     source = build_source(pool=POOL, spec=pool_spec)
     try:
-        found = await _read_when(source, _endpoints("t"), lambda f: f[PodName("t")].running)
+        # Signals are separate queries evaluated at slightly different instants: wait until
+        # the first scrape is visible to all of them, not just to one.
+        found = await _read_when(
+            source,
+            _endpoints("t"),
+            lambda f: None not in (f[PodName("t")].running, f[PodName("t")].waiting),
+        )
     finally:
         await source.aclose()
     assert (found[PodName("t")].running, found[PodName("t")].waiting) == (8.0, 3.0)
@@ -141,7 +156,11 @@ async def test_old_samples_carry_their_age(servers: Servers, prometheus: StartPr
     )
     source = PrometheusSource(pool=POOL, profile=profile_for(engine=Engine.VLLM), url=url)
     try:
-        found = await _read_when(source, _endpoints("s"), lambda f: f[PodName("s")].running)
+        found = await _read_when(
+            source,
+            _endpoints("s"),
+            lambda f: None not in (f[PodName("s")].running, f[PodName("s")].age_s),
+        )
     finally:
         await source.aclose()
     age = found[PodName("s")].age_s
