@@ -15,7 +15,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from trimtab.controller import kubeapi
 from trimtab.controller.kubeapi import KubeApi
@@ -24,15 +24,14 @@ from trimtab.errors import KubeApiError, KubeConflict, KubeNotFound
 __all__ = ["AlwaysLeader", "Leadership", "LeaseElector"]
 
 
-class Leadership:
+class Leadership(Protocol):
     """Read by sinks before each write."""
 
     @property
-    def is_leader(self) -> bool:
-        raise NotImplementedError
+    def is_leader(self) -> bool: ...
 
 
-class AlwaysLeader(Leadership):
+class AlwaysLeader:
     """Leader election disabled: a single replica writes."""
 
     @property
@@ -40,7 +39,7 @@ class AlwaysLeader(Leadership):
         return True
 
 
-class LeaseElector(Leadership):
+class LeaseElector:
     """Holds or watches one Lease; :meth:`run` is a task owned by the operator."""
 
     def __init__(
