@@ -11,6 +11,7 @@ this way; the cluster itself (caps, retry budget) is static in the Envoy bootstr
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import tempfile
@@ -51,7 +52,7 @@ def render_eds_file(resource: Resource) -> str:
     return text + "\n"
 
 
-class _EdsContentTarget:
+class _EdsContentTarget(abc.ABC):
     """Shared part: render a pool's endpoints once per change and remember the outcome."""
 
     def __init__(self, *, cluster: str) -> None:
@@ -59,15 +60,14 @@ class _EdsContentTarget:
         self._written: dict[PoolKey, str] = {}
         self._states: dict[PoolKey, TargetState] = {}
 
-    def _render(
+    async def apply(
         self,
         *,
         pool: PoolKey,
         spec: InferencePoolSpec,
         decision: Decision,
         endpoints: Mapping[PodName, Endpoint],
-    ) -> tuple[str, str] | None:
-        """(digest, content) to write, or ``None`` when the same content was written last."""
+    ) -> TargetState:
         try:
             resources = build_pool_resources(
                 pool=pool, cluster=self._cluster, spec=spec, decision=decision, endpoints=endpoints
@@ -76,13 +76,15 @@ class _EdsContentTarget:
             raise TargetSyncError(str(exc), reason="InvalidDecision") from exc
         digest = resources.load_assignment.digest
         if self._written.get(pool) == digest:
-            return None
-        return digest, render_eds_file(resources.load_assignment)
-
-    def _done(self, pool: PoolKey, digest: str, state: TargetState) -> TargetState:
+            return self.state(pool=pool)
+        message = await self._publish(pool=pool, content=render_eds_file(resources.load_assignment))
         self._written[pool] = digest
-        self._states[pool] = state
-        return state
+        self._states[pool] = TargetState(True, "Synced", message)
+        return self._states[pool]
+
+    @abc.abstractmethod
+    async def _publish(self, *, pool: PoolKey, content: str) -> str:
+        """Write ``content`` where Envoy reads it; return a message for the condition."""
 
     def state(self, *, pool: PoolKey) -> TargetState:
         return self._states.get(pool, _NOT_APPLIED)
@@ -104,25 +106,14 @@ class EdsFileTarget(_EdsContentTarget):
     def name(self) -> str:
         return f"envoyFile:{self._path}"
 
-    async def apply(
-        self,
-        *,
-        pool: PoolKey,
-        spec: InferencePoolSpec,
-        decision: Decision,
-        endpoints: Mapping[PodName, Endpoint],
-    ) -> TargetState:
-        rendered = self._render(pool=pool, spec=spec, decision=decision, endpoints=endpoints)
-        if rendered is None:
-            return self.state(pool=pool)
-        digest, content = rendered
+    async def _publish(self, *, pool: PoolKey, content: str) -> str:
         try:
             await asyncio.to_thread(write_atomically, self._path, content)
         except OSError as exc:
             raise TargetSyncError(
                 f"cannot write {self._path}: {exc}", reason="EdsWriteFailed"
             ) from exc
-        return self._done(pool, digest, TargetState(True, "Synced", f"written to {self._path}"))
+        return f"written to {self._path}"
 
 
 class EdsConfigMapTarget(_EdsContentTarget):
@@ -137,26 +128,14 @@ class EdsConfigMapTarget(_EdsContentTarget):
     def name(self) -> str:
         return f"envoyFile:configmap/{self._config_map}"
 
-    async def apply(
-        self,
-        *,
-        pool: PoolKey,
-        spec: InferencePoolSpec,
-        decision: Decision,
-        endpoints: Mapping[PodName, Endpoint],
-    ) -> TargetState:
-        rendered = self._render(pool=pool, spec=spec, decision=decision, endpoints=endpoints)
-        if rendered is None:
-            return self.state(pool=pool)
-        digest, content = rendered
+    async def _publish(self, *, pool: PoolKey, content: str) -> str:
         await self._write(
             namespace=pool.namespace,
             name=self._config_map,
             key=f"{self._cluster}.json",
             content=content,
         )
-        message = f"written to ConfigMap {self._config_map}; the kubelet syncs it within ~1 min"
-        return self._done(pool, digest, TargetState(True, "Synced", message))
+        return f"written to ConfigMap {self._config_map}; the kubelet syncs it within ~1 min"
 
 
 def write_atomically(path: Path, content: str) -> None:
