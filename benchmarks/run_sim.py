@@ -29,7 +29,7 @@ def run_one(*, scenario: Path) -> dict[str, Any]:
     command = [
         sys.executable,
         "-c",
-        "from trimtab.sim.command import sim; sim()",
+        "from trimtab_lab.sim.command import sim; sim()",
         str(scenario),
         "--json",
         str(json_out),

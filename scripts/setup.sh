@@ -12,11 +12,11 @@ fi
 
 # Reinstall only when pyproject.toml changed since the last successful install.
 stamp=.venv/.trimtab-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml lab/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: installing trimtab with extras test, demo, dev"
+  echo "setup: installing trimtab with extras test, dev, and the lab (trimtab-lab)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test,demo,dev]'
+  .venv/bin/python -m pip install -q -e '.[test,dev]' -e ./lab
   echo "$want" > "$stamp"
 fi
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 import trimtab
-from trimtab.cli import main
+from trimtab.commands.main import main
 
 
 def test_version() -> None:

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from trimtab.demo.command import run_and_report
-from trimtab.demo.workload import load_demo_scenario, workload_of
-from trimtab.sim.running import run_scenario
-from trimtab.sim.scenario import load_scenario
+from trimtab_lab.demo.command import run_and_report
+from trimtab_lab.demo.workload import load_demo_scenario, workload_of
+from trimtab_lab.sim.running import run_scenario
+from trimtab_lab.sim.scenario import load_scenario
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent / "results" / "realpath.md"

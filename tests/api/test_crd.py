@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from trimtab.api.crd import build_crd
-from trimtab.cli import main
+from trimtab.commands.main import main
 
 KUBERNETES_VERSIONS = ["1.33.0", "1.35.0"]
 

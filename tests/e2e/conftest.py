@@ -24,9 +24,9 @@ import pytest_asyncio
 from support.emulators import Pod, serve_pods
 from support.kube import Cluster, kube  # noqa: F401  # re-exported fixture
 from support.prometheus import Prometheus, ScrapeTarget, require_prometheus, run_prometheus
-from trimtab.controller.loop import LoopSettings
-from trimtab.controller.reporting import ReportSettings
-from trimtab.controller.running import OperatorConfig, run_operator
+from trimtab.balancing.loop import LoopSettings
+from trimtab.balancing.reporting import ReportSettings
+from trimtab.kube.running import OperatorConfig, run_operator
 
 NAMESPACE = "serving"
 POOL = "llama"

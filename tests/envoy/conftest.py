@@ -20,11 +20,11 @@ import pytest
 
 from trimtab.api.records import Decision, Endpoint, PodDecision, PodName, PodState, PoolKey
 from trimtab.api.spec import InferencePoolSpec
-from trimtab.envoy.bootstrap import BootstrapCluster, BootstrapOptions, build_bootstrap
-from trimtab.envoy.process import EnvoyProcess
+from trimtab.targets.bootstrap import BootstrapCluster, BootstrapOptions, build_bootstrap
 from trimtab.targets.envoy_xds import EnvoyXdsTarget
 from trimtab.targets.xds.cache import SnapshotCache
 from trimtab.targets.xds.server import XdsServer
+from trimtab_lab.envoy import EnvoyProcess
 
 POOL = PoolKey("serving", "llama")
 CLUSTER = "llama"

@@ -11,8 +11,8 @@ import subprocess
 import yaml
 from click.testing import CliRunner
 
-from trimtab.envoy.command import envoy_bootstrap
-from trimtab.envoy.process import envoy_binary
+from trimtab.commands.envoy_bootstrap import envoy_bootstrap
+from trimtab_lab.envoy import envoy_binary
 
 POOLS = """
 apiVersion: trimtab.io/v1alpha1

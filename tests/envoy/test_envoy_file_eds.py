@@ -10,7 +10,7 @@ import asyncio
 
 from trimtab.api.records import Decision, Endpoint, PodDecision, PodName, PodState, PoolKey
 from trimtab.api.spec import InferencePoolSpec
-from trimtab.envoy.bootstrap import BootstrapCluster, BootstrapOptions, build_bootstrap
+from trimtab.targets.bootstrap import BootstrapCluster, BootstrapOptions, build_bootstrap
 from trimtab.targets.envoy_file import EdsFileTarget
 
 

@@ -26,9 +26,9 @@ import pytest_asyncio
 import yaml
 
 from support.emulators import Pod, free_port
-from trimtab.emulator.fleet import emulate
-from trimtab.envoy.process import EnvoyProcess
 from trimtab.metrics.exposition import parse_exposition
+from trimtab_lab.emulator.fleet import emulate
+from trimtab_lab.envoy import EnvoyProcess
 
 NAMESPACE = "default"
 POOL = "llama"

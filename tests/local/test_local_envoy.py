@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from local.conftest import CLUSTER, INTERVAL_S, POD_NAMES, Stack, engine_load, poll
 from support.emulators import Load, Pod, pinned
-from trimtab.emulator.fleet import DEFAULT_MODEL
+from trimtab_lab.emulator.fleet import DEFAULT_MODEL
 
 
 def pin(pod: Pod) -> contextlib.AbstractAsyncContextManager[Load]:

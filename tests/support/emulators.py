@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from trimtab.emulator.fleet import DEFAULT_MODEL, emulate
+from trimtab_lab.emulator.fleet import DEFAULT_MODEL, emulate
 
 __all__ = ["Load", "Pod", "free_port", "pinned", "serve_pods"]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 from trimtab.targets.envoy_file import EdsConfigMapTarget, EdsFileTarget
-from trimtab.targets.status_only import StatusOnlyTarget
 
 
 async def _apply(target, make, weights):
@@ -56,8 +55,3 @@ async def test_configmap_writer_gets_the_content(make):
     state = await _apply(target, make, {"a": 1})
     assert state.synced
     assert written[0][:3] == ("serving", "llama-eds", "llama.json")
-
-
-async def test_status_only_is_always_synced(make):
-    target = StatusOnlyTarget()
-    assert (await _apply(target, make, {"a": 1})).reason == "Synced"

@@ -1,6 +1,6 @@
 """Run pools from a file with the operator's loop, xDS server and /metrics, no Kubernetes.
 
-Every pool gets the same :class:`~trimtab.controller.loop.PoolLoop` as in a cluster, with
+Every pool gets the same :class:`~trimtab.balancing.loop.PoolLoop` as in a cluster, with
 static membership and the :class:`~trimtab.local.statusfile.LocalSink`. Events are rate-limited
 the same way and logged. Runs until ``stop`` is set, then stops every loop and flushes the file.
 """
@@ -8,19 +8,20 @@ the same way and logged. Runs until ``stop`` is set, then stops every loop and f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from pathlib import Path
 
-from trimtab.controller.loop import LoopSettings, PoolLoop, SourceFactory, TargetFactory
-from trimtab.controller.membership import StaticMembership
-from trimtab.controller.services import run_services
-from trimtab.controller.sources import Sources
-from trimtab.controller.spamfilter import SpamFilter
-from trimtab.controller.targeting import BuiltinTargets
+from trimtab import tasks
+from trimtab.balancing.loop import LoopSettings, PoolLoop, SourceFactory, TargetFactory
+from trimtab.balancing.membership import StaticMembership
+from trimtab.balancing.services import run_services
+from trimtab.balancing.sources import Sources
+from trimtab.balancing.spamfilter import SpamFilter
+from trimtab.balancing.supervisor import supervise
 from trimtab.local.pools import load_pools
 from trimtab.local.statusfile import LocalSink, StatusFile
+from trimtab.targets.factory import BuiltinTargets
 
 __all__ = ["run_local"]
 
@@ -65,18 +66,13 @@ async def run_local(
                     on_step=functools.partial(services.gate.settle, pool.key),
                 )
             )
-        tasks = [
-            asyncio.create_task(loop.run(), name=f"balancing loop of {loop.pool}") for loop in loops
+        supervised = [
+            tasks.start(supervise(loop=loop, stopping=stop), name=f"supervising {loop.pool}")
+            for loop in loops
         ]
         logger.info("Balancing %d pools from %s", len(loops), pools_file)
         try:
-            await stop.wait()
+            await asyncio.gather(*supervised)
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for loop in loops:
-                await loop.close(deleted=False)
+            await tasks.stop(*supervised)
             await file.aclose()

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trimtab import tasks
 from trimtab.api.records import PoolKey
 from trimtab.api.status import InferencePoolStatus
-from trimtab.controller.reporting import Report
+from trimtab.balancing.reporting import Report
 
 __all__ = ["LocalSink", "StatusFile"]
 
@@ -33,7 +34,7 @@ class StatusFile:
         self._path = path
         self._statuses: dict[str, dict[str, Any]] = {}
         self._wakeup = asyncio.Event()
-        self._task = asyncio.create_task(self._flush_forever(), name="status file writer")
+        self._task = tasks.start(self._flush_forever(), name="status file writer")
 
     def put(self, *, pool: PoolKey, status: InferencePoolStatus) -> None:
         self._statuses[str(pool)] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -43,9 +44,7 @@ class StatusFile:
         return dict(self._statuses)
 
     async def aclose(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await tasks.stop(self._task)
         if self._path is not None:  # the final state, so the file matches the last log line
             await asyncio.to_thread(_write_atomically, self._path, self.snapshot())
 
@@ -62,7 +61,7 @@ class StatusFile:
 
 
 class LocalSink:
-    """The :class:`~trimtab.controller.loop.PoolSink` of one pool in local mode."""
+    """The :class:`~trimtab.balancing.loop.PoolSink` of one pool in local mode."""
 
     def __init__(self, *, pool: PoolKey, file: StatusFile) -> None:
         self._pool = pool

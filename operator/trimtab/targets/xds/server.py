@@ -10,7 +10,6 @@ handlers only stream: all resources are built by the controller into the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import secrets
@@ -20,6 +19,7 @@ from typing import Any
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
+from trimtab import tasks
 from trimtab.errors import XdsServerError
 from trimtab.targets.xds.cache import SnapshotCache
 from trimtab.targets.xds.stream import AdsStream
@@ -108,7 +108,7 @@ class XdsServer:
             nonce_prefix=self._nonce_prefix,
         )
         unsubscribe = self._cache.subscribe(lambda: inbox.put_nowait(_CHANGED))
-        reader = asyncio.create_task(_read(requests, inbox), name=f"xds-read-{id(inbox):x}")
+        reader = tasks.start(_read(requests, inbox), name=f"xds-read-{id(inbox):x}")
         try:
             while (item := await inbox.get()) is not _CLOSED:
                 if item is _CHANGED:
@@ -121,9 +121,7 @@ class XdsServer:
             self._inboxes.discard(inbox)
             unsubscribe()
             stream.close()
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await tasks.stop(reader)
             logger.info("Envoy %s disconnected", stream.node or "(before its first request)")
 
 

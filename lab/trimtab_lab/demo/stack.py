@@ -1,0 +1,390 @@
+"""Start one mode's processes: emulators, Envoy, and (for trimtab) the operator over xDS.
+
+Round-robin and least-request run Envoy with a static cluster of the replicas and Envoy's own
+``lb_policy`` (least-request with its defaults: two choices, bias 1). The trimtab mode runs
+``trimtab run --local`` on a generated pools file and an Envoy that takes the cluster over ADS,
+optionally with a real Prometheus as trimtab's metrics source. Everything is started in the
+caller's :class:`~trimtab_lab.demo.processes.ProcessGroup`, listens on 127.0.0.1 only, and must
+answer before the stack counts as up; a missing piece raises ``ComponentFailed`` naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import shutil
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from trimtab_lab.demo.processes import ComponentFailed, ProcessGroup
+from trimtab_lab.emulator.fleet import DEFAULT_MODEL
+
+__all__ = ["Mode", "Stack", "StackPlan", "free_ports", "start_stack"]
+
+CLUSTER = "demo"
+_POOL = {"namespace": "demo", "name": "demo"}
+_CLI = "from trimtab.commands.main import main; main()"
+_DEMO_EXTRA = "install the demo extra: pip install -e '.[demo]'"
+# Static clusters must not shed load: the comparison is about placement, not admission.
+_UNLIMITED = 1_000_000
+
+
+class Mode(enum.StrEnum):
+    """The balancers the demo compares, named as in the simulator's results."""
+
+    ROUND_ROBIN = "round_robin"
+    LEAST_REQUEST = "least_request"
+    TRIMTAB = "trimtab"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackPlan:
+    """What to start, the same for every mode."""
+
+    speeds: tuple[float, ...]
+    """One speed multiplier per replica."""
+    profile: str
+    time_scale: float
+    metrics_interval_s: float
+    """trimtab's ``metrics.interval`` in wall seconds."""
+    policy: dict[str, Any]
+    """``spec.policy`` of the pool (camelCase keys)."""
+    prometheus: bool = False
+    model: str = DEFAULT_MODEL
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    replica_urls: tuple[str, ...]
+    proxy_url: str
+    """The completions URL behind Envoy."""
+    pids: dict[str, int]
+    """Process id of each component, by name."""
+    notes: tuple[str, ...] = ()
+    """Anything the user should know (e.g. Prometheus missing, scraping directly)."""
+
+
+def free_ports(count: int, *, contiguous: bool = False) -> list[int]:
+    """Ports free on 127.0.0.1 right now (a race with other programs is possible but rare)."""
+    if contiguous:
+        for _ in range(50):
+            base = free_ports(1)[0]
+            if base + count <= 65535 and all(_is_free(base + i) for i in range(count)):
+                return list(range(base, base + count))
+        raise ComponentFailed(f"no {count} consecutive free ports on 127.0.0.1")
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+async def start_stack(
+    *, group: ProcessGroup, plan: StackPlan, mode: Mode, workdir: Path, ready_s: float = 30.0
+) -> Stack:
+    """Start ``mode``'s processes in ``group`` and wait until requests can flow."""
+    _make_dir(workdir)
+    ports = free_ports(len(plan.speeds), contiguous=True)
+    pids: dict[str, int] = {}
+    notes: list[str] = []
+    emulators = await group.start(
+        name="emulators",
+        argv=[
+            sys.executable,
+            *("-c", _CLI, "emulate"),
+            *("--replicas", str(len(plan.speeds)), "--base-port", str(ports[0])),
+            *("--profile", plan.profile, "--engine", "vllm", "--model", plan.model),
+            *("--speeds", ",".join(f"{s:g}" for s in plan.speeds)),
+            *("--time-scale", f"{plan.time_scale:g}"),
+        ],
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+    pids["emulators"] = emulators.process.pid
+    urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
+    for url in urls:
+        await group.wait_http(emulators, url=f"{url}/health", timeout_s=ready_s)
+    listener, admin = free_ports(2)
+    if mode is Mode.TRIMTAB:
+        source = await _metrics_source(
+            group=group, plan=plan, ports=ports, workdir=workdir, pids=pids, notes=notes
+        )
+        pool = _pool(plan=plan, ports=ports, source=source)
+        bootstrap = await _start_trimtab(
+            group=group,
+            pool=pool,
+            workdir=workdir,
+            listener=listener,
+            admin=admin,
+            pids=pids,
+            ready_s=ready_s,
+        )
+    else:
+        bootstrap = _static_bootstrap(mode=mode, ports=ports, listener=listener, admin=admin)
+    await _start_envoy(
+        group=group,
+        bootstrap=bootstrap,
+        workdir=workdir,
+        admin=admin,
+        pids=pids,
+        replicas=len(ports),
+        ready_s=ready_s,
+    )
+    return Stack(
+        replica_urls=urls,
+        proxy_url=f"http://127.0.0.1:{listener}/v1/completions",
+        pids=pids,
+        notes=tuple(notes),
+    )
+
+
+def _make_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _prometheus_binary() -> str | None:
+    found = shutil.which("prometheus")
+    if found is None and Path("/usr/bin/prometheus").is_file():
+        found = "/usr/bin/prometheus"
+    return found
+
+
+def _pool(*, plan: StackPlan, ports: Sequence[int], source: dict[str, Any]) -> dict[str, Any]:
+    interval_ms = max(100, round(plan.metrics_interval_s * 1000))
+    return {
+        "apiVersion": "trimtab.io/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": dict(_POOL),
+        "spec": {
+            "endpoints": [
+                {"name": f"replica-{i}", "address": "127.0.0.1", "port": port}
+                for i, port in enumerate(ports)
+            ],
+            "engine": "vllm",
+            "metrics": {
+                **source,
+                "interval": f"{interval_ms}ms",
+                # Stale after several missed intervals, never sooner than 5 s of wall time.
+                "staleAfter": f"{max(5000, 5 * interval_ms)}ms",
+            },
+            "policy": plan.policy,
+            "targets": [{"envoy": {"cluster": CLUSTER}}],
+        },
+    }
+
+
+async def _metrics_source(
+    *,
+    group: ProcessGroup,
+    plan: StackPlan,
+    ports: Sequence[int],
+    workdir: Path,
+    pids: dict[str, int],
+    notes: list[str],
+) -> dict[str, Any]:
+    if not plan.prometheus:
+        return {"source": "direct"}
+    binary = _prometheus_binary()
+    if binary is None:
+        notes.append("no prometheus binary found: trimtab scrapes the replicas directly")
+        return {"source": "direct"}
+    (port,) = free_ports(1)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "replicas",
+                "scrape_interval": "1s",
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{p}"],
+                        "labels": {"namespace": _POOL["namespace"], "pod": f"replica-{i}"},
+                    }
+                    for i, p in enumerate(ports)
+                ],
+            }
+        ],
+    }
+    config_path = workdir / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config))
+    running = await group.start(
+        name="prometheus",
+        argv=[
+            binary,
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+    )
+    pids["prometheus"] = running.process.pid
+    await group.wait_http(running, url=f"http://127.0.0.1:{port}/-/ready", timeout_s=30.0)
+    return {"source": "prometheus", "prometheus": {"url": f"http://127.0.0.1:{port}"}}
+
+
+async def _start_trimtab(
+    *,
+    group: ProcessGroup,
+    pool: dict[str, Any],
+    workdir: Path,
+    listener: int,
+    admin: int,
+    pids: dict[str, int],
+    ready_s: float,
+) -> dict[str, Any]:
+    from trimtab.api.validation import parse_pool
+    from trimtab.targets.bootstrap import BootstrapOptions, build_bootstrap, clusters_from_pools
+
+    pools_path = workdir / "pools.yaml"
+    pools_path.write_text(yaml.safe_dump(pool, sort_keys=False))
+    xds, metrics = free_ports(2)
+    running = await group.start(
+        name="trimtab",
+        argv=[
+            sys.executable,
+            *("-c", _CLI, "run", "--local", str(pools_path)),
+            *("--xds-port", str(xds), "--metrics-port", str(metrics)),
+            *("--status-file", str(workdir / "status.json")),
+        ],
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+    pids["trimtab"] = running.process.pid
+    await group.wait_http(running, url=f"http://127.0.0.1:{metrics}/metrics", timeout_s=ready_s)
+    options = BootstrapOptions(
+        clusters=clusters_from_pools([parse_pool(pool)]),
+        xds_port=xds,
+        listener_address="127.0.0.1",
+        listener_port=listener,
+        admin_port=admin,
+        node_id="demo",
+    )
+    return build_bootstrap(options)
+
+
+def _static_bootstrap(
+    *, mode: Mode, ports: Sequence[int], listener: int, admin: int
+) -> dict[str, Any]:
+    from trimtab.targets.bootstrap import BootstrapCluster, BootstrapOptions, build_bootstrap
+
+    options = BootstrapOptions(
+        clusters=(BootstrapCluster(name=CLUSTER),),
+        listener_address="127.0.0.1",
+        listener_port=listener,
+        admin_port=admin,
+        eds_dir=".",
+    )
+    bootstrap = build_bootstrap(options)
+    threshold = {
+        "max_connections": _UNLIMITED,
+        "max_pending_requests": _UNLIMITED,
+        "max_requests": _UNLIMITED,
+    }
+    bootstrap["static_resources"]["clusters"] = [
+        {
+            "name": CLUSTER,
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            # Envoy's defaults otherwise: least-request samples two hosts, bias 1.
+            "lb_policy": "ROUND_ROBIN" if mode is Mode.ROUND_ROBIN else "LEAST_REQUEST",
+            "circuit_breakers": {"thresholds": [threshold]},
+            "load_assignment": {
+                "cluster_name": CLUSTER,
+                "endpoints": [
+                    {
+                        "lb_endpoints": [
+                            {
+                                "endpoint": {
+                                    "address": {
+                                        "socket_address": {
+                                            "address": "127.0.0.1",
+                                            "port_value": port,
+                                        }
+                                    }
+                                }
+                            }
+                            for port in ports
+                        ]
+                    }
+                ],
+            },
+        }
+    ]
+    return bootstrap
+
+
+async def _start_envoy(
+    *,
+    group: ProcessGroup,
+    bootstrap: dict[str, Any],
+    workdir: Path,
+    admin: int,
+    pids: dict[str, int],
+    replicas: int,
+    ready_s: float,
+) -> None:
+    try:
+        from trimtab_lab.envoy import envoy_binary
+
+        binary = envoy_binary()
+    except (ImportError, OSError) as exc:
+        raise ComponentFailed(f"envoy: no Envoy binary ({exc}); {_DEMO_EXTRA}") from exc
+    if not binary.exists():
+        raise ComponentFailed(f"envoy: {binary} does not exist; {_DEMO_EXTRA}")
+    config = workdir / "envoy.yaml"
+    config.write_text(yaml.safe_dump(bootstrap, sort_keys=False))
+    running = await group.start(
+        name="envoy",
+        argv=[
+            str(binary),
+            *("-c", str(config), "--disable-hot-restart", "--concurrency", "1"),
+            # A base id of its own, so parallel Envoys never share shared memory.
+            *("--base-id", str(admin), "--log-level", "warning"),
+        ],
+    )
+    pids["envoy"] = running.process.pid
+    admin_url = f"http://127.0.0.1:{admin}"
+    await group.wait_http(running, url=f"{admin_url}/ready", timeout_s=ready_s)
+    await _wait_hosts(group=group, admin_url=admin_url, replicas=replicas, ready_s=ready_s)
+
+
+async def _wait_hosts(
+    *, group: ProcessGroup, admin_url: str, replicas: int, ready_s: float
+) -> None:
+    """Envoy is up; wait until its cluster holds every replica (over xDS in trimtab mode)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ready_s
+    seen = 0
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while loop.time() < deadline:
+            try:
+                data = (await client.get(f"{admin_url}/clusters?format=json")).json()
+            except (httpx.HTTPError, ValueError):
+                data = {}
+            for status in data.get("cluster_statuses", []):
+                if status.get("name") == CLUSTER:
+                    seen = len(status.get("host_statuses", []))
+            if seen >= replicas:
+                return
+            await asyncio.sleep(0.1)
+    tails = "\n".join(f"--- {r.name}:\n{r.log_tail()[-600:]}" for r in group.running)
+    raise ComponentFailed(
+        f"envoy: cluster {CLUSTER!r} has {seen} of {replicas} hosts after {ready_s:.0f}s "
+        f"(trimtab's xDS did not deliver them?); logs end with:\n{tails}"
+    )

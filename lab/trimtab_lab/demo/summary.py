@@ -1,0 +1,106 @@
+"""Reduce one mode's outcomes and samples to the simulator's result keys, in model seconds.
+
+The keys and units match :meth:`trimtab_lab.sim.results.PolicyResult.to_json`: ``ttft_p99``,
+``e2e_p50``, ... in seconds of model time (wall seconds times the time scale), ``imbalance``
+as the time average of max/mean KV usage over busy samples. As in the simulator, a request
+cut by the run's deadline counts with the time it had waited (a lower bound), so a balancer
+cannot look better by never finishing. The demo cannot see engine queue time: ``queue_*`` are
+``None``. ``errors`` counts every answer that was neither a stream nor a cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from trimtab_lab.demo.loadgen import Outcome
+from trimtab_lab.demo.watching import Sample
+
+__all__ = ["summarise_mode"]
+
+# Samples where the fleet's mean KV usage is below this are idle (as in sim/results.py).
+_BUSY_KV = 0.01
+_PERCENTILES = (50, 90, 95, 99)
+
+
+def _percentiles(prefix: str, values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {f"{prefix}_p{p}": None for p in _PERCENTILES}
+    found = np.percentile(np.asarray(values, dtype=np.float64), _PERCENTILES)
+    return {f"{prefix}_p{p}": float(v) for p, v in zip(_PERCENTILES, found, strict=True)}
+
+
+def imbalance_of(samples: Sequence[Sample]) -> float:
+    """Time-averaged max/mean KV usage across replicas over busy samples (1 = even)."""
+    if not samples:
+        return 1.0
+    kv = np.array([[r.kv for r in s.replicas] for s in samples], dtype=np.float64)
+    mean = kv.mean(axis=1)
+    busy = mean > _BUSY_KV
+    if not np.any(busy):
+        return 1.0
+    return float(np.mean(kv[busy].max(axis=1) / mean[busy]))
+
+
+def summarise_mode(
+    *,
+    policy: str,
+    outcomes: Sequence[Outcome],
+    samples: Sequence[Sample],
+    time_scale: float,
+    deadline_s: float,
+    cpu: Mapping[str, float],
+    loop_lag_s: float,
+) -> dict[str, Any]:
+    """One mode's JSON object: the simulator's keys plus ``errors``, ``cpu``, ``wall_s`` and
+    ``harness`` (how far the load generator's and the emulators' event loops lagged, wall s).
+    """
+    ttft: list[float] = []
+    e2e: list[float] = []
+    completed = rejected = too_long = unfinished = errors = tokens = 0
+    for outcome in outcomes:
+        if outcome.ok and outcome.e2e_s is not None:
+            completed += 1
+            tokens += outcome.output_tokens
+            e2e.append(outcome.e2e_s * time_scale)
+            ttft.append((outcome.ttft_s or outcome.e2e_s) * time_scale)
+        elif outcome.status == -1:
+            unfinished += 1
+            waited = max(0.0, deadline_s - outcome.arrival_s) * time_scale
+            e2e.append(waited)
+            ttft.append(outcome.ttft_s * time_scale if outcome.ttft_s is not None else waited)
+        elif outcome.status == 503:
+            rejected += 1
+        elif outcome.status == 400:
+            too_long += 1
+        else:
+            errors += 1
+    preemptions = 0.0
+    if samples:
+        preemptions = sum(r.preemptions for r in samples[-1].replicas) - sum(
+            r.preemptions for r in samples[0].replicas
+        )
+    run_s = (samples[-1].at_s if samples else deadline_s) * time_scale
+    return {
+        "policy": policy,
+        **_percentiles("ttft", ttft),
+        **_percentiles("e2e", e2e),
+        **{f"queue_p{p}": None for p in _PERCENTILES},
+        "throughput_tokens_per_s": tokens / run_s if run_s > 0 else 0.0,
+        "imbalance": imbalance_of(samples),
+        "preemptions": int(preemptions),
+        "completed": completed,
+        "rejected": rejected,
+        "too_long": too_long,
+        "unfinished": unfinished,
+        "goodput_multiplier": None,
+        "errors": errors,
+        "cpu": dict(cpu),
+        "wall_s": round(samples[-1].at_s, 2) if samples else None,
+        "harness": {
+            "loadgen_loop_lag_max_s": round(loop_lag_s, 3),
+            "emulator_scrape_max_s": round(max((s.scrape_s for s in samples), default=0.0), 3),
+        },
+    }

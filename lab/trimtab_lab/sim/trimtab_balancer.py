@@ -1,0 +1,143 @@
+"""trimtab in the simulator: the real policy, fed through a modelled observation pipeline.
+
+Engine metrics are scraped every ``scrape_interval_s``; the controller decides every
+``decide_interval_s`` from the latest scrape (whose age it passes on) and preemption and
+generated-token rates over ``rate_window_s``; the decision reaches Envoy ``delay_s`` later, as
+weights and per-host caps of an :class:`~trimtab_lab.sim.envoy.EnvoyCluster` running weighted
+LEAST_REQUEST with the policy's ``active_request_bias``, ``choice_count`` and
+``max_pending_requests``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from trimtab.api.records import Decision, PodInput, PodName, PodSample
+from trimtab.policy import PolicySettings, compute_decision
+from trimtab_lab.replica import ReplicaState
+from trimtab_lab.sim.balancers import EnvoyBalancer
+from trimtab_lab.sim.engine import Fleet
+from trimtab_lab.sim.envoy import EnvoyCluster, LbAlgorithm
+
+__all__ = ["Observation", "TrimtabBalancer"]
+
+# Replicas have been Ready this long when the run starts, so slow start is over.
+_READY_BEFORE_S = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """How metrics reach the policy and decisions reach Envoy."""
+
+    scrape_interval_s: float = 2.0
+    """Seconds between engine metric samples (Prometheus scrape or direct poll)."""
+    decide_interval_s: float = 2.0
+    """Seconds between policy decisions (the InferencePool's ``metrics.interval``)."""
+    delay_s: float = 0.25
+    """Seconds from a decision to Envoy applying it (query, compute, xDS push)."""
+    rate_window_s: float = 10.0
+    """Window of the preemption and decode-token rates, like
+    ``rate(vllm:num_preemptions_total[10s])``."""
+
+    def __post_init__(self) -> None:
+        if min(self.scrape_interval_s, self.decide_interval_s, self.rate_window_s) <= 0:
+            raise ValueError("scrape, decide and rate window intervals must be > 0")
+        if self.delay_s < 0:
+            raise ValueError("delay must be >= 0")
+
+
+class TrimtabBalancer(EnvoyBalancer):
+    """Envoy driven by :func:`trimtab.policy.compute_decision` on stale metrics."""
+
+    def __init__(
+        self,
+        *,
+        hosts: int,
+        settings: PolicySettings,
+        observation: Observation,
+        rng: random.Random,
+    ) -> None:
+        cluster = EnvoyCluster(
+            hosts=hosts,
+            algorithm=LbAlgorithm.LEAST_REQUEST,
+            rng=rng,
+            active_request_bias=settings.active_request_bias,
+            choice_count=settings.choice_count,
+            max_pending_requests=settings.max_pending_requests,
+        )
+        super().__init__(cluster=cluster)
+        self._settings = settings
+        self._observation = observation
+        self._names = [PodName(f"r{h}") for h in range(hosts)]
+        keep = int(observation.rate_window_s / observation.scrape_interval_s) + 2
+        self._scrapes: list[deque[ReplicaState]] = [deque(maxlen=keep) for _ in range(hosts)]
+        self._previous: Decision | None = None
+        self._previous_s = 0.0
+        self.decisions = 0
+
+    def start(self, *, fleet: Fleet) -> None:
+        super().start(fleet=fleet)
+        obs = self._observation
+        # The operator was running before the window opens: start from its idle decision.
+        self._scrape(0.0)
+        self._apply(self._decide_now(0.0), 0.0)
+        fleet.every(period_s=obs.scrape_interval_s, action=self._scrape, first_s=0.0)
+        fleet.every(period_s=obs.decide_interval_s, action=self._decide, first_s=0.0)
+
+    def _scrape(self, now: float) -> None:
+        fleet = self._fleet()
+        for host, history in enumerate(self._scrapes):
+            history.append(fleet.observe(host=host, now=now))
+
+    def _decide(self, now: float) -> None:
+        decision = self._decide_now(now)
+        self._fleet().at(
+            time_s=now + self._observation.delay_s, action=lambda at: self._apply(decision, at)
+        )
+
+    def _decide_now(self, now: float) -> Decision:
+        pods = [
+            PodInput(
+                name=name,
+                ready_for_s=_READY_BEFORE_S + now,
+                sample=self._sample(history=history, now=now),
+            )
+            for name, history in zip(self._names, self._scrapes, strict=True)
+        ]
+        elapsed = now - self._previous_s if self._previous is not None else 0.0
+        decision = compute_decision(
+            pods=pods, previous=self._previous, settings=self._settings, elapsed_s=elapsed
+        )
+        self._previous, self._previous_s = decision, now
+        self.decisions += 1
+        return decision
+
+    def _sample(self, *, history: deque[ReplicaState], now: float) -> PodSample | None:
+        if not history:
+            return None
+        latest = history[-1]
+        window_start = latest.time_s - self._observation.rate_window_s
+        oldest = next((s for s in history if s.time_s >= window_start - 1e-9), latest)
+        span = latest.time_s - oldest.time_s
+        rate = (latest.preemptions_total - oldest.preemptions_total) / span if span > 0 else 0.0
+        # Like rate(vllm:generation_tokens_total[window]): no rate before two scrapes.
+        generated = latest.generated_tokens_total - oldest.generated_tokens_total
+        decode = generated / span if span > 0 else None
+        return PodSample(
+            running=float(latest.running),
+            waiting=float(latest.waiting),
+            kv_usage=latest.kv_usage,
+            preemption_rate=rate,
+            age_s=max(0.0, now - latest.time_s),
+            decode_tokens_per_s=decode,
+        )
+
+    def _apply(self, decision: Decision, now: float) -> None:
+        by_name = decision.by_name()
+        weights = [by_name[name].weight for name in self._names]
+        caps: list[int | None] = [by_name[name].max_in_flight for name in self._names]
+        fleet = self._fleet()
+        for request, host in self.cluster.configure(weights=weights, caps=caps):
+            fleet.send(request=request, host=host, now=now)

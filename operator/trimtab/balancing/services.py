@@ -1,0 +1,68 @@
+"""Process-wide services shared by the operator and local mode: xDS server, /metrics, gate.
+
+:func:`run_services` starts what the flags ask for and stops it in reverse order; it owns the
+task that opens the xDS ready gate when no pool tick does (e.g. no pools at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from trimtab import tasks
+from trimtab.balancing.telemetry import serve_metrics
+from trimtab.targets.gate import XdsGate
+from trimtab.targets.xds.cache import SnapshotCache
+from trimtab.targets.xds.server import ServerState, XdsServer
+
+__all__ = ["Services", "run_services"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Services:
+    cache: SnapshotCache
+    gate: XdsGate
+    xds: XdsServer | None
+    xds_port: int | None
+    metrics_port: int | None
+
+    def healthy(self) -> bool:
+        """False when the xDS server we started has died (for the liveness probe)."""
+        return self.xds is None or self.xds.state is ServerState.SERVING
+
+
+@contextlib.asynccontextmanager
+async def run_services(
+    *, xds_port: int | None, metrics_port: int | None, host: str = "0.0.0.0"
+) -> AsyncIterator[Services]:
+    cache = SnapshotCache()
+    gate = XdsGate(cache=cache)
+    async with contextlib.AsyncExitStack() as stack:
+        xds: XdsServer | None = None
+        bound_xds: int | None = None
+        if xds_port is not None:
+            xds = XdsServer(cache=cache)
+            bound_xds = await xds.start(host=host, port=xds_port)
+            stack.push_async_callback(xds.stop, grace=1.0)
+        bound_metrics: int | None = None
+        if metrics_port is not None:
+            bound_metrics = await stack.enter_async_context(
+                serve_metrics(host=host, port=metrics_port)
+            )
+            logger.info("Serving /metrics on %s:%d", host, bound_metrics)
+        ticker = tasks.start(_tick(gate), name="xDS ready gate")
+        stack.push_async_callback(tasks.stop, ticker)
+        yield Services(
+            cache=cache, gate=gate, xds=xds, xds_port=bound_xds, metrics_port=bound_metrics
+        )
+
+
+async def _tick(gate: XdsGate) -> None:
+    while True:
+        gate.check()
+        await asyncio.sleep(0.5)

@@ -1,0 +1,98 @@
+"""``trimtab envoy-bootstrap``: print an Envoy bootstrap (YAML) for trimtab's pools.
+
+Clusters come from ``--cluster NAME`` (repeatable, default policy and retry settings) or from
+``--pools FILE`` (InferencePool manifests; their envoy/envoyFile targets, policy and retry).
+The lead wires it into the CLI as ``trimtab.commands.envoy_bootstrap:envoy_bootstrap``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from trimtab.api.validation import parse_pool
+from trimtab.errors import SpecInvalid
+from trimtab.targets.bootstrap import (
+    BootstrapCluster,
+    BootstrapOptions,
+    clusters_from_pools,
+    render_bootstrap,
+)
+
+__all__ = ["envoy_bootstrap"]
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"{address!r} is not host:port", param_hint="--xds-address")
+    return host.strip("[]"), int(port)
+
+
+@click.command("envoy-bootstrap")
+@click.option(
+    "--xds-address",
+    default="127.0.0.1:18000",
+    show_default=True,
+    help="host:port of trimtab's xDS server (a Service name works).",
+)
+@click.option("--listener-address", default="0.0.0.0", show_default=True)
+@click.option("--listener-port", type=click.IntRange(0, 65535), default=10000, show_default=True)
+@click.option(
+    "--admin-port",
+    type=click.IntRange(0, 65535),
+    default=9901,
+    show_default=True,
+    help="Envoy admin port, bound on 127.0.0.1 only.",
+)
+@click.option("--cluster", "clusters", multiple=True, help="Cluster name (repeatable).")
+@click.option(
+    "--pools",
+    "pools_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML file of InferencePool manifests.",
+)
+@click.option("--node-id", default="envoy", show_default=True)
+@click.option("--node-cluster", default="trimtab", show_default=True)
+@click.option(
+    "--eds-dir",
+    default=None,
+    help="Use file EDS from this directory (NAME.json per cluster) instead of ADS.",
+)
+def envoy_bootstrap(
+    *,
+    xds_address: str,
+    listener_address: str,
+    listener_port: int,
+    admin_port: int,
+    clusters: tuple[str, ...],
+    pools_file: Path | None,
+    node_id: str,
+    node_cluster: str,
+    eds_dir: str | None,
+) -> None:
+    """Print an Envoy bootstrap that gets its pools' clusters from trimtab."""
+    chosen = [BootstrapCluster(name=name) for name in clusters]
+    if pools_file is not None:
+        try:
+            documents = [d for d in yaml.safe_load_all(pools_file.read_text()) if d]
+            chosen.extend(clusters_from_pools(parse_pool(d) for d in documents))
+        except (yaml.YAMLError, SpecInvalid) as exc:
+            raise click.ClickException(f"{pools_file}: {exc}") from exc
+    if not chosen:
+        raise click.UsageError("give at least one --cluster or a --pools file with envoy targets")
+    host, port = _split_address(xds_address)
+    options = BootstrapOptions(
+        clusters=tuple(chosen),
+        xds_host=host,
+        xds_port=port,
+        listener_address=listener_address,
+        listener_port=listener_port,
+        admin_port=admin_port,
+        node_id=node_id,
+        node_cluster=node_cluster,
+        eds_dir=eds_dir,
+    )
+    click.echo(render_bootstrap(options), nl=False)

@@ -1,0 +1,165 @@
+"""``trimtab run``: the operator in a cluster, or the same loop locally with ``--local``.
+
+Signals only set a stop flag; the operator then stops its loops, kopf and the servers in
+order. kopf is imported only for the cluster mode, so ``--local`` runs where it is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import click
+
+from trimtab.errors import SpecInvalid
+
+__all__ = ["run"]
+
+_Main = Callable[[asyncio.Event], Awaitable[None]]
+
+
+@click.command("run")
+@click.option("--namespace", "-n", "namespaces", multiple=True, help="Namespace to serve.")
+@click.option("--all-namespaces", "-A", is_flag=True, help="Serve every namespace.")
+@click.option("--liveness-port", type=int, help="Serve /healthz on this port.")
+@click.option("--metrics-port", type=int, help="Serve trimtab's /metrics on this port.")
+@click.option("--xds-port", type=int, help="Serve Envoy xDS (ADS) on this port.")
+@click.option(
+    "--bind-address",
+    help="Address of the xDS and metrics listeners [default: 0.0.0.0; 127.0.0.1 with --local].",
+)
+@click.option(
+    "--log-format", type=click.Choice(["plain", "json"]), default="plain", show_default=True
+)
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@click.option(
+    "--local",
+    "pools_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Run without Kubernetes, balancing the static pools of this YAML file.",
+)
+@click.option(
+    "--status-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --local: write every pool's status to this JSON file.",
+)
+@click.option(
+    "--leader-election/--no-leader-election",
+    default=False,
+    show_default=True,
+    help="Only the Lease holder writes status and events (for several replicas).",
+)
+@click.option(
+    "--lease-namespace",
+    default=lambda: os.environ.get("POD_NAMESPACE", "default"),
+    help="Namespace of the leader Lease (default: $POD_NAMESPACE or default).",
+)
+def run(
+    *,
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    liveness_port: int | None,
+    metrics_port: int | None,
+    xds_port: int | None,
+    bind_address: str | None,
+    log_format: str,
+    verbose: bool,
+    pools_file: Path | None,
+    status_file: Path | None,
+    leader_election: bool,
+    lease_namespace: str,
+) -> None:
+    """Balance InferencePools: in a cluster (kopf), or locally with --local."""
+    if pools_file is not None:
+        if namespaces or all_namespaces or leader_election:
+            raise click.UsageError("--local takes no namespaces and no leader election")
+        _configure_local_logging(verbose=verbose, json_format=log_format == "json")
+        _run_until_signal(
+            _local(pools_file, status_file, xds_port, metrics_port, bind_address or "127.0.0.1")
+        )
+        return
+    if status_file is not None:
+        raise click.UsageError("--status-file needs --local (in a cluster, status is on the pool)")
+    if bool(namespaces) == all_namespaces:
+        raise click.UsageError("give --namespace (one or more) or --all-namespaces")
+    import kopf
+
+    from trimtab.kube.running import OperatorConfig, run_operator
+
+    kopf.configure(
+        verbose=verbose,
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    _quiet_http_logs()
+    config = OperatorConfig(
+        namespaces=namespaces,
+        clusterwide=all_namespaces,
+        liveness_port=liveness_port,
+        metrics_port=metrics_port,
+        xds_port=xds_port,
+        bind_address=bind_address or "0.0.0.0",
+        leader_election=leader_election,
+        lease_namespace=lease_namespace,
+    )
+
+    async def operate(stop: asyncio.Event) -> None:
+        await run_operator(config=config, stop=stop)
+
+    _run_until_signal(operate)
+
+
+def _quiet_http_logs() -> None:
+    # One line per scrape request would drown the decisions in the log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _configure_local_logging(*, verbose: bool, json_format: bool) -> None:
+    fmt = (
+        '{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", '
+        '"message": %(message)r}'
+        if json_format
+        else "[%(asctime)s] %(name)-24s [%(levelname)-8s] %(message)s"
+    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt, force=True)
+    _quiet_http_logs()
+
+
+def _local(
+    pools_file: Path,
+    status_file: Path | None,
+    xds_port: int | None,
+    metrics_port: int | None,
+    bind_address: str,
+) -> _Main:
+    from trimtab.local.runner import run_local
+
+    async def main(stop: asyncio.Event) -> None:
+        try:
+            await run_local(
+                pools_file=pools_file,
+                status_file=status_file,
+                xds_port=xds_port,
+                metrics_port=metrics_port,
+                bind_address=bind_address,
+                stop=stop,
+            )
+        except SpecInvalid as exc:
+            raise click.ClickException("\n".join(exc.problems)) from exc
+
+    return main
+
+
+def _run_until_signal(main: _Main) -> None:
+    async def wrapper() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        logging.getLogger(__name__).debug("Running until SIGINT or SIGTERM")
+        await main(stop)
+
+    asyncio.run(wrapper())

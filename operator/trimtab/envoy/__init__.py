@@ -1,1 +1,0 @@
-"""Running Envoy with trimtab: the bootstrap generator, its command, and a local runner."""

@@ -1,0 +1,155 @@
+"""Run the operator in-cluster: kopf plus trimtab's services, until stopped.
+
+:func:`run_operator` is what ``trimtab run`` calls and what tests embed (with a
+``connection`` to the API emulator and their own source and target factories). kopf runs
+through its embedding API (:func:`kopf.operator`) with a registry of its own, so several
+operators can share one process; every task started here is named and stopped here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from trimtab import tasks
+from trimtab.balancing.loop import LoopSettings, SourceFactory, TargetFactory
+from trimtab.balancing.services import Services, run_services
+from trimtab.balancing.sources import Sources
+from trimtab.balancing.spamfilter import SpamFilter
+from trimtab.kube.client import KubeApi
+from trimtab.kube.configmaps import KubeConfigMapWriter
+from trimtab.kube.handlers import Runtime, build_registry
+from trimtab.kube.leadership import AlwaysLeader, Leadership, LeaseElector
+from trimtab.targets.factory import BuiltinTargets
+
+__all__ = ["OperatorConfig", "run_operator"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorConfig:
+    namespaces: Collection[str] = ()
+    """Namespaces to serve; empty with ``clusterwide`` for all."""
+    clusterwide: bool = False
+    liveness_port: int | None = None
+    """Port of ``/healthz`` (kopf's liveness endpoint); ``None``: off."""
+    metrics_port: int | None = None
+    xds_port: int | None = None
+    bind_address: str = "0.0.0.0"
+    """Address the xDS server and /metrics listen on."""
+    leader_election: bool = False
+    """Use a Lease so only one replica writes status and events."""
+    lease_namespace: str = "default"
+    lease_name: str = "trimtab-leader"
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    scanning: bool = True
+    """Let kopf list namespaces and watch CRDs (needs cluster-wide read RBAC); off: serve the
+    given namespaces as they are and notice a re-created CRD only on restart."""
+    connection: kopf.ConnectionInfo | None = None
+    """Fixed credentials (tests); ``None``: in-cluster service account, then kubeconfig."""
+    loop: LoopSettings = field(default_factory=LoopSettings)
+
+
+def default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own login order: the kubernetes client, then service account, then kubeconfig."""
+    info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+    return info or kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def operator_settings(*, scanning: bool = True) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = not scanning
+    # Events are posted on purpose (reporting.py), never one per log line.
+    settings.posting.loggers = False
+    settings.posting.reporting_component = "trimtab"
+    settings.persistence.finalizer = "trimtab.io/finalizer"
+    # Every replica balances and serves xDS, so kopf's own peering (one active replica) is off;
+    # our Lease only decides who writes status and events.
+    settings.peering.standalone = True
+    settings.networking.request_timeout = 30.0
+    return settings
+
+
+async def run_operator(
+    *,
+    config: OperatorConfig,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
+    sources: SourceFactory | None = None,
+    targets: TargetFactory | None = None,
+) -> None:
+    """Serve InferencePools until ``stop`` is set (or the task is cancelled)."""
+    stop = stop or asyncio.Event()
+    async with run_services(
+        xds_port=config.xds_port, metrics_port=config.metrics_port, host=config.bind_address
+    ) as svc:
+        runtime_box: list[Runtime] = []
+        api = KubeApi(connect=lambda: runtime_box[0].current_connection())
+        leadership: Leadership = AlwaysLeader()
+        if config.leader_election:
+            leadership = LeaseElector(
+                api=api,
+                namespace=config.lease_namespace,
+                name=config.lease_name,
+                identity=config.identity,
+                logger=logger,
+            )
+        fixed = config.connection
+        runtime = Runtime(
+            api=api,
+            leadership=leadership,
+            sources=sources or Sources(api=api),
+            targets=targets
+            or BuiltinTargets(cache=svc.cache, config_maps=KubeConfigMapWriter(api=api)),
+            gate=svc.gate,
+            spam=SpamFilter(clock=asyncio.get_running_loop().time),
+            settings=config.loop,
+            login=(lambda **_: fixed) if fixed is not None else default_login,
+        )
+        runtime_box.append(runtime)
+        registry = build_registry(runtime=runtime)
+        _register_probe(registry=registry, services=svc)
+        elector: asyncio.Task[None] | None = None
+        if isinstance(leadership, LeaseElector):
+            elector = tasks.start(
+                _elect(runtime=runtime, elector=leadership), name="leader election"
+            )
+        try:
+            await kopf.operator(
+                registry=registry,
+                settings=operator_settings(scanning=config.scanning),
+                clusterwide=config.clusterwide,
+                namespaces=list(config.namespaces),
+                liveness_endpoint=(
+                    f"http://0.0.0.0:{config.liveness_port}/healthz"
+                    if config.liveness_port is not None
+                    else None
+                ),
+                stop_flag=stop,
+                ready_flag=ready,
+            )
+        finally:
+            await tasks.stop(elector)
+            await api.aclose()
+
+
+def _register_probe(*, registry: kopf.OperatorRegistry, services: Services) -> None:
+    @kopf.on.probe(id="xds", registry=registry)
+    def xds_probe(**_: Any) -> str:
+        # kopf reports a raising probe as unhealthy on /healthz.
+        if not services.healthy():
+            raise RuntimeError("the xDS server is not serving")
+        return "serving" if services.xds is not None else "disabled"
+
+
+async def _elect(*, runtime: Runtime, elector: LeaseElector) -> None:
+    await runtime.connected.wait()
+    await elector.run()
