@@ -1,5 +1,5 @@
 # The two commands of the README, plus their parts.
-.PHONY: demo test setup crd
+.PHONY: demo test setup crd image
 
 demo: setup
 	.venv/bin/trimtab demo
@@ -13,3 +13,7 @@ setup:
 crd:
 	.venv/bin/trimtab crd > crds/inferencepool.yaml
 	cp crds/inferencepool.yaml charts/trimtab/crds/inferencepool.yaml
+
+# The operator image, built without a Docker daemon (scripts/image.sh says how; needs root).
+image:
+	scripts/image.sh

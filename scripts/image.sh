@@ -3,8 +3,8 @@
 #
 #   1. the trimtab wheel, built from the repository root with `pip wheel --no-deps .`;
 #   2. a base image: a minimal Debian root filesystem made by mmdebstrap from Debian's
-#      packages (Essential set + python3 + python3-venv, no apt, no docs, shells and text tools
-#      removed except dash/coreutils that dpkg itself needs), imported as
+#      packages (Essential set + python3 + python3-venv + libstdc++6 for the grpcio wheel; no
+#      apt, no docs; shells and text tools removed except what dpkg itself needs), imported as
 #      localhost/trimtab-base:SUITE-HASH; or BASE_IMAGE, any image with python3 >= 3.11;
 #   3. the operator layer on top of it: a venv in /opt/trimtab holding the wheel and only its
 #      runtime dependencies (pip resolves them from the package index; binary wheels only, so
@@ -106,7 +106,7 @@ else
   unneeded="bash bsdutils findutils grep gzip hostname login mawk ncurses-bin sed sysvinit-utils"
   unneeded+=" util-linux util-linux-extra"
   mm=(
-    mmdebstrap --variant=essential --include=python3,python3-venv
+    mmdebstrap --variant=essential --include=python3,python3-venv,libstdc++6
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
     --aptopt='Acquire::Check-Valid-Until "false"'
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
@@ -172,7 +172,8 @@ for abi in "${abi_list[@]}"; do download+=(--abi "$abi"); done
 for platform in "${platform_list[@]}"; do download+=(--platform "$platform"); done
 rm -rf "$work/wheels"
 "$python" -m pip download --quiet --disable-pip-version-check "${download[@]}" \
-  --dest "$work/wheels" "$wheel" >&2
+  --dest "$work/wheels" "$wheel" >"$work/pip-download.log" 2>&1 \
+  || die "pip download failed; see $work/pip-download.log"
 stage=/tmp/trimtab-build
 rm -rf "${mnt:?}$stage"
 mkdir -p "$mnt$stage"

@@ -29,3 +29,17 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
 fi
 
 .venv/bin/python scripts/tools.py
+
+# --- image tools (tests/image, `make image`): Debian packages, installed when missing --------
+# mmdebstrap makes the base root filesystem, buildah builds and writes the OCI archive, podman
+# with runc runs the image in the tests. Root only (the image build needs root anyway).
+image_tools=()
+for tool in mmdebstrap buildah podman runc; do
+  command -v "$tool" >/dev/null || image_tools+=("$tool")
+done
+if [ ${#image_tools[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
+  echo "setup: installing ${image_tools[*]} (Debian packages, for the image)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${image_tools[@]}" >/dev/null
+fi
+# --- end of image tools ---------------------------------------------------------------------

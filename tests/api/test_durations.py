@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trimtab.api.durations import format_duration, parse_duration
+from trimtab.api.durations import LONGEST, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,12 @@ def test_parse_rejects(text: str) -> None:
         parse_duration(text)
 
 
-@given(st.integers(min_value=0, max_value=10**9))
+@given(st.integers(min_value=0, max_value=int(LONGEST * 1000)))
 def test_format_round_trips_whole_milliseconds(millis: int) -> None:
     assert parse_duration(format_duration(millis / 1000)) == pytest.approx(millis / 1000)
+
+
+@pytest.mark.parametrize("text", ["169h", "604800001ms", "99999999999999999999999h"])
+def test_parse_refuses_more_than_a_week(text: str) -> None:
+    with pytest.raises(ValueError, match="longer than a week"):
+        parse_duration(text)

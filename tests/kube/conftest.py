@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kube.fakes import FakeMetrics, FakeSources, FakeTargets, RecordingTarget
+from support.fakes import FakeMetrics, FakeSources, FakeTargets, RecordingTarget
 from support.kube import Cluster, kube  # noqa: F401  # re-exported fixture
 from trimtab.balancing.loop import LoopSettings
 from trimtab.balancing.reporting import ReportSettings

@@ -27,7 +27,7 @@ import kmock
 import pytest_asyncio
 
 from kube.conftest import FAST, NAMESPACE, eventually
-from kube.fakes import FakeMetrics, FakeSources, FakeTargets, RecordingTarget
+from support.fakes import FakeMetrics, FakeSources, FakeTargets, RecordingTarget
 from support.kube import Cluster
 from trimtab.kube.client import KubeApi
 from trimtab.kube.leadership import LeaseElector

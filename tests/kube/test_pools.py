@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from kube.conftest import NAMESPACE, eventually
-from kube.fakes import FakeMetrics, RecordingTarget
+from support.fakes import FakeMetrics, RecordingTarget
 from support.kube import Cluster
 from trimtab.api.records import PodSample, PoolKey
 

@@ -34,7 +34,7 @@ vllm:time_to_first_token_seconds_sum{engine="0",model_name="sql-lora"} 3.2
 vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="25000"} 1.0
 """
 
-# vLLM before 0.10 (V0 engine): the KV gauge had another name.
+# vLLM up to 0.9.1: the KV gauge had only its old name.
 VLLM_OLD_KV_NAME = """\
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="m"} 4.0

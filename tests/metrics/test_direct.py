@@ -72,7 +72,7 @@ async def test_every_endpoint_gets_a_sample(servers: Servers) -> None:
 async def test_other_engines_over_http(
     servers: Servers, engine: Engine, text: str, running: float
 ) -> None:
-    port = await servers.serve(page(text))
+    port = await servers.serve(page(text), path=profile_for(engine=engine).metrics_path)
     source = _source(engine)
     try:
         found = await source.read(endpoints=[_endpoint("a", port)])
@@ -103,9 +103,12 @@ async def test_broken_pods_read_as_unknown_next_to_a_good_one(servers: Servers) 
     finally:
         await source.aclose()
     assert found[PodName("good")].running == 9.0
-    for name in ("garbage", "hung", "failing", "down"):
+    for name in ("garbage", "failing"):
         assert found[PodName(name)] == PodSample(age_s=found[PodName(name)].age_s)
-        assert found[PodName(name)].running is None
+    # A pod that does not answer at all is told apart: the policy takes its weight down.
+    for name in ("hung", "down"):
+        assert found[PodName(name)] == PodSample(unreachable=True)
+    assert not found[PodName("good")].unreachable
 
 
 async def test_every_pod_unreachable_is_a_source_failure(servers: Servers) -> None:

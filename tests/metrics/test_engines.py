@@ -118,7 +118,7 @@ def test_unreadable_value_keeps_its_labels_as_nan() -> None:
 
 
 def test_decode_tokens_series_per_engine() -> None:
-    # vLLM and TGI export counters (sources take their rate); SGLang a tokens/s gauge.
+    # vLLM, TGI and trtllm export counters (sources take their rate); SGLang a tokens/s gauge.
     vllm = profile_for(engine=Engine.VLLM).decode_tokens
     sglang = profile_for(engine=Engine.SGLANG).decode_tokens
     tgi = profile_for(engine=Engine.TGI, tgi_token_budget=1000).decode_tokens
@@ -127,7 +127,8 @@ def test_decode_tokens_series_per_engine() -> None:
     assert sglang is not None and not sglang.counter
     assert sglang.selectors[0].name == "sglang:gen_throughput"
     assert tgi is not None and tgi.counter
-    assert profile_for(engine=Engine.TRTLLM).decode_tokens is None
+    trtllm = profile_for(engine=Engine.TRTLLM).decode_tokens
+    assert trtllm is not None and trtllm.counter
     assert profile_for(engine=Engine.TRITON_TRTLLM).decode_tokens is None
     page = 'sglang:gen_throughput{model_name="m"} 1234.5\n'
     series = parse_exposition(text=page, names=profile_for(engine=Engine.SGLANG).sample_names())

@@ -135,3 +135,31 @@ def test_adaptive_cap_holds_under_small_changes() -> None:
         pods=[pod("a", running=41.0, kv=0.5)], previous=first, settings=adaptive, elapsed_s=2.0
     )
     assert second.pods[0].max_in_flight == first.pods[0].max_in_flight == 72
+
+
+def test_an_unreachable_pod_drops_to_the_floor_at_once_and_climbs_back_smoothly() -> None:
+    settings = PolicySettings(slow_start_s=0.0)
+    healthy = [pod("a", kv=0.3), pod("b", kv=0.3)]
+    first = compute_decision(pods=healthy, previous=None, settings=settings, elapsed_s=2.0)
+    dead = [
+        pod("a", kv=0.3),
+        PodInput(name=PodName("b"), ready_for_s=1e9, sample=PodSample(unreachable=True)),
+    ]
+    down = compute_decision(pods=dead, previous=first, settings=settings, elapsed_s=2.0)
+    by_name = {p.name: p for p in down.pods}
+    assert by_name[PodName("b")].state is PodState.UNREACHABLE
+    assert by_name[PodName("b")].weight == settings.min_weight
+    assert by_name[PodName("a")].weight > settings.min_weight
+    back = compute_decision(pods=healthy, previous=down, settings=settings, elapsed_s=2.0)
+    weight_b = {p.name: p.weight for p in back.pods}[PodName("b")]
+    assert settings.min_weight < weight_b < settings.weight_scale
+
+
+def test_kv_usage_above_one_is_refused_not_clamped() -> None:
+    settings = PolicySettings(slow_start_s=0.0)
+    pods = [pod("a", kv=0.3), pod("b", kv=85.0)]
+    decision = compute_decision(pods=pods, previous=None, settings=settings, elapsed_s=2.0)
+    b = {p.name: p for p in decision.pods}[PodName("b")]
+    assert b.state is PodState.STALE
+    assert "outside 0..1" in b.reason
+    assert b.weight == settings.weight_scale

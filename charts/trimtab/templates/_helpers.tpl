@@ -69,6 +69,14 @@ app.kubernetes.io/part-of: trimtab
 - --metrics-port={{ .Values.ports.metrics }}
 - --xds-port={{ .Values.ports.xds }}
 - --log-format={{ .Values.operator.logFormat }}
+{{- if .Values.xds.tls.enabled }}
+- --xds-tls-cert=/etc/trimtab/xds-tls/tls.crt
+- --xds-tls-key=/etc/trimtab/xds-tls/tls.key
+- --xds-client-ca=/etc/trimtab/xds-tls/ca.crt
+{{- end }}
+{{- with .Values.xds.nodeIdPattern }}
+- {{ printf "--xds-node-id-pattern=%s" . | quote }}
+{{- end }}
 # Every replica balances and serves xDS; the Lease (in $POD_NAMESPACE) picks the one that
 # writes status and events. Harmless with a single replica.
 - --leader-election

@@ -18,12 +18,10 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from trimtab_lab.demo.harness import DemoPlan, ModeRun, run_demo
 from trimtab_lab.demo.live import LiveState, render
 from trimtab_lab.demo.plotting import ModeTrace, plot_demo
-from trimtab_lab.demo.processes import ComponentFailed
 from trimtab_lab.demo.stack import StackPlan
 from trimtab_lab.demo.workload import (
     DemoLoad,
@@ -34,10 +32,12 @@ from trimtab_lab.demo.workload import (
     request_specs,
     workload_of,
 )
+from trimtab_lab.processes import ComponentFailed
 from trimtab_lab.replica import get_profile
 from trimtab_lab.sim.running import fleet_specs
 from trimtab_lab.sim.scenario import Scenario
 from trimtab_lab.sim.workloads import TraceFormat, max_request_rate
+from trimtab_lab.tables import results_table, table_console
 
 __all__ = ["demo"]
 
@@ -166,11 +166,7 @@ def demo(
         )
     except ComponentFailed as exc:
         raise click.ClickException(str(exc)) from exc
-    # Piped output (CI logs, `| tee`) would get rich's 80 columns and truncated names.
-    table_console = Console()
-    if not table_console.is_terminal:
-        table_console = Console(width=132)
-    _print_table(payload, console=table_console)
+    _print_table(payload, console=table_console())
 
 
 def run_and_report(
@@ -265,18 +261,15 @@ def _scenario_json(scenario: Scenario, *, workload_len: int, plan: DemoPlan) -> 
 
 def _print_table(payload: dict[str, Any], *, console: Console) -> None:
     scenario = payload["scenario"]
-    table = Table(
+    table = results_table(
         title=(
             f"{scenario['requests']} requests, {scenario['workload_source']}, utilisation "
             f"{scenario['offered_rate_per_s'] / scenario['max_rate_per_s']:.2f} "
             f"(latencies in model seconds, time scale {scenario['time_scale']:g})"
-        )
+        ),
+        results=payload["policies"],
+        columns=_COLUMNS,
     )
-    table.add_column("policy")
-    for _, title in _COLUMNS:
-        table.add_column(title, justify="right")
-    for name, result in payload["policies"].items():
-        table.add_row(name, *(_cell(result[key]) for key, _ in _COLUMNS))
     console.print(table)
     console.print("errors: answers other than a stream (503s included); cut: open at the deadline")
     for name, result in payload["policies"].items():
@@ -294,11 +287,3 @@ def _print_table(payload: dict[str, Any], *, console: Console) -> None:
                 f"{lag['emulator_scrape_max_s']:.2f}s wall): its latencies include the stall; "
                 "is the machine busy? Re-run, or lower --time-scale."
             )
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)

@@ -1,6 +1,6 @@
 """Run the demo's modes one after another on the same arrivals and collect their results.
 
-Each mode gets a fresh :class:`~trimtab_lab.demo.processes.ProcessGroup`: emulators (cold, so no
+Each mode gets a fresh :class:`~trimtab_lab.processes.ProcessGroup`: emulators (cold, so no
 mode inherits another's queues), Envoy and, for trimtab, the operator. The load generator
 replays the same wall-clock arrivals through Envoy while a watcher scrapes the replicas and a
 meter reads CPU use. Whatever happens (end, error, Ctrl-C), the group stops every process
@@ -19,10 +19,10 @@ from typing import Any
 from trimtab_lab.demo.cpu import CpuMeter
 from trimtab_lab.demo.live import LiveState
 from trimtab_lab.demo.loadgen import Outcome, RequestSpec, replay
-from trimtab_lab.demo.processes import ProcessGroup
 from trimtab_lab.demo.stack import Mode, StackPlan, start_stack
 from trimtab_lab.demo.summary import summarise_mode
 from trimtab_lab.demo.watching import FleetWatcher, Sample
+from trimtab_lab.processes import ProcessGroup
 
 __all__ = ["DemoPlan", "LoopLag", "ModeRun", "run_demo"]
 

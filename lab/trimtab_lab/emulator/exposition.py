@@ -1,34 +1,73 @@
 """Render a replica's state as each engine's ``/metrics`` page (Prometheus text format 0.0.4).
 
-Names and label sets follow the engines themselves (vLLM V1, SGLang, TGI, trtllm-serve, Triton
-with the TensorRT-LLM backend), so whatever reads a real engine reads the emulator unchanged.
-Only the load signals, their usual neighbours and the KV sizing are emitted; latency
-histograms are left out. TGI's ``tgi_batch_current_max_tokens`` is approximated by the tokens
-held in KV, since the model does not track each request's reserved maximum.
+Names, types and label sets follow the engines' current releases (vLLM V1, SGLang 0.5.7+,
+TGI 3.x, trtllm-serve 1.3+, Triton with the C++ TensorRT-LLM backend; see docs/engines.md), so
+whatever reads a real engine reads the emulator unchanged, and nothing appears that no real
+engine exports. Only the load signals, their usual neighbours and the KV sizing are emitted;
+latency histograms are left out. TGI's ``tgi_batch_current_max_tokens`` is approximated by the
+tokens held in KV, since the model does not track each request's reserved maximum.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from trimtab.api.spec import Engine
 from trimtab_lab.replica import ReplicaProfile, ReplicaState
 
-__all__ = ["SUPPORTED_ENGINES", "render_metrics"]
+__all__ = ["SUPPORTED_ENGINES", "FinishedRequests", "metrics_path", "render_metrics"]
 
 Labels = Mapping[str, str]
 Sample = tuple[Labels, float]
 
+_BUCKETS = 10
+
+
+@dataclass
+class FinishedRequests:
+    """Output tokens of finished requests, for TGI's ``tgi_request_generated_tokens`` histogram.
+
+    TGI buckets it in even steps up to its max total tokens (100 of them); ten suffice here.
+    """
+
+    max_tokens: int
+    """Upper end of the buckets (the replica's ``max_model_len``)."""
+    count: int = 0
+    total: int = 0
+    buckets: list[int] = field(default_factory=lambda: [0] * _BUCKETS)
+
+    def observe(self, *, tokens: int) -> None:
+        self.count += 1
+        self.total += tokens
+        for index, bound in enumerate(self.bounds()):
+            if tokens <= bound:
+                self.buckets[index] += 1
+
+    def bounds(self) -> list[float]:
+        return [self.max_tokens * (i + 1) / _BUCKETS for i in range(_BUCKETS)]
+
+
+def metrics_path(*, engine: Engine) -> str:
+    """Where ``engine`` serves Prometheus text (trtllm-serve's ``/metrics`` is JSON)."""
+    return "/prometheus/metrics" if engine is Engine.TRTLLM else "/metrics"
+
 
 def render_metrics(
-    *, engine: Engine, state: ReplicaState, profile: ReplicaProfile, model: str
+    *,
+    engine: Engine,
+    state: ReplicaState,
+    profile: ReplicaProfile,
+    model: str,
+    finished: FinishedRequests | None = None,
 ) -> str:
     """The page ``engine`` would serve in ``state``; ``ValueError`` for ``custom``."""
     try:
         renderer = _RENDERERS[engine]
     except KeyError:
         raise ValueError(f"the emulator cannot speak engine {engine.value!r}") from None
-    return renderer(state, profile, model)
+    found = finished or FinishedRequests(max_tokens=profile.max_model_len)
+    return renderer(state, profile, model, found)
 
 
 def _family(name: str, kind: str, text: str, samples: Sequence[Sample]) -> str:
@@ -44,7 +83,9 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _vllm(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
+def _vllm(
+    state: ReplicaState, profile: ReplicaProfile, model: str, finished: FinishedRequests
+) -> str:
     labels = {"engine": "0", "model_name": model}
     info = {
         "block_size": str(profile.block_size),
@@ -94,8 +135,18 @@ def _vllm(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
     )
 
 
-def _sglang(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
-    labels = {"engine_type": "unified", "model_name": model, "pp_rank": "0", "tp_rank": "0"}
+def _sglang(
+    state: ReplicaState, profile: ReplicaProfile, model: str, finished: FinishedRequests
+) -> str:
+    # The scheduler's label set (moe_ep_rank from 0.5.7); the tokenizer's counters carry only
+    # the model name.
+    labels = {
+        "engine_type": "unified",
+        "model_name": model,
+        "moe_ep_rank": "0",
+        "pp_rank": "0",
+        "tp_rank": "0",
+    }
     return "".join(
         [
             _family(
@@ -127,14 +178,21 @@ def _sglang(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
                 "sglang:generation_tokens_total",
                 "counter",
                 "Number of generation tokens processed.",
-                [(labels, state.generated_tokens_total)],
+                [({"model_name": model}, state.generated_tokens_total)],
             ),
         ]
     )
 
 
-def _tgi(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
+def _tgi(
+    state: ReplicaState, profile: ReplicaProfile, model: str, finished: FinishedRequests
+) -> str:
     held_tokens = state.kv_blocks_used * profile.block_size
+    buckets: list[Sample] = [
+        ({"le": repr(bound)}, count)
+        for bound, count in zip(finished.bounds(), finished.buckets, strict=True)
+    ]
+    buckets.append(({"le": "+Inf"}, finished.count))
     return "".join(
         [
             _family(
@@ -150,16 +208,35 @@ def _tgi(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
                 [({}, held_tokens)],
             ),
             _family(
-                "tgi_request_generated_tokens_total",
-                "counter",
-                "Generated tokens.",
-                [({}, state.generated_tokens_total)],
+                "tgi_batch_max_total_tokens",
+                "gauge",
+                "Maximum tokens of a batch, found at warmup.",
+                [({}, profile.kv_capacity_tokens)],
+            ),
+            _histogram(
+                "tgi_request_generated_tokens",
+                "Generated tokens per finished request.",
+                buckets=buckets,
+                total=finished.total,
+                count=finished.count,
             ),
         ]
     )
 
 
-def _trtllm(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
+def _histogram(
+    name: str, text: str, *, buckets: Sequence[Sample], total: float, count: float
+) -> str:
+    lines = [f"# HELP {name} {text}", f"# TYPE {name} histogram"]
+    lines.extend(f'{name}_bucket{{le="{labels["le"]}"}} {float(n)!r}' for labels, n in buckets)
+    lines.append(f"{name}_sum {float(total)!r}")
+    lines.append(f"{name}_count {float(count)!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _trtllm(
+    state: ReplicaState, profile: ReplicaProfile, model: str, finished: FinishedRequests
+) -> str:
     labels = {"engine_type": "trtllm", "model_name": model}
     return "".join(
         [
@@ -181,11 +258,19 @@ def _trtllm(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
                 "KV cache utilization, 0..1.",
                 [(labels, state.kv_usage)],
             ),
+            _family(
+                "trtllm_generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                [(labels, state.generated_tokens_total)],
+            ),
         ]
     )
 
 
-def _triton(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
+def _triton(
+    state: ReplicaState, profile: ReplicaProfile, model: str, finished: FinishedRequests
+) -> str:
     def request(kind: str, value: float) -> Sample:
         return ({"model": model, "request_type": kind, "version": "1"}, value)
 
@@ -222,7 +307,7 @@ def _triton(state: ReplicaState, profile: ReplicaProfile, model: str) -> str:
     )
 
 
-_RENDERERS: dict[Engine, Callable[[ReplicaState, ReplicaProfile, str], str]] = {
+_RENDERERS: dict[Engine, Callable[[ReplicaState, ReplicaProfile, str, FinishedRequests], str]] = {
     Engine.VLLM: _vllm,
     Engine.SGLANG: _sglang,
     Engine.TGI: _tgi,

@@ -5,7 +5,8 @@ says. Load generators that want exact sizes without sending huge prompts may add
 field ``"prompt_tokens": <int>`` to the body, which then wins over the text (and makes
 ``prompt`` optional in ``/v1/completions``). The output is
 always exactly ``max_tokens`` long (the emulator has no end-of-sequence token); without
-``max_tokens`` it is 16, OpenAI's default for completions.
+``max_tokens`` it is 16, OpenAI's default for completions. One choice per request: ``n`` other
+than 1 is refused with a 400 rather than silently answered with one choice.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def parse_completion(*, kind: Kind, body: Any, models: tuple[str, ...]) -> Compl
     if kind is Kind.CHAT:
         # The newer name wins, as in OpenAI's API.
         max_tokens = _positive_int(body, "max_completion_tokens") or max_tokens
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise RequestError(f"n={n!r} is not supported: the emulator returns one choice", param="n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("stream must be a boolean", param="stream")

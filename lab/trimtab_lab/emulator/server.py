@@ -3,8 +3,11 @@
 Streaming answers follow OpenAI's server-sent events: one ``data: {json}`` chunk per token as
 the replica model releases it, the last token's chunk carrying ``finish_reason: "length"``, an
 optional usage chunk (``stream_options.include_usage``), then ``data: [DONE]``. Errors use
-OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with 400, 404 or 405; a
+OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with 400, 404 or 405 (a
+too-long request in vLLM's wording, which clients match on "maximum context length"); a
 client that disconnects frees its batch slot and KV blocks at once, as a real engine does.
+Response ids are random, so they are unique across replicas and runs. ``/metrics`` (or
+``/prometheus/metrics`` for trtllm-serve, whose ``/metrics`` is JSON) serves the engine's page.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import enum
 import json
 import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +25,7 @@ from aiohttp import web
 
 from trimtab.api.spec import Engine
 from trimtab_lab.emulator.driver import ReplicaDriver, Stream
-from trimtab_lab.emulator.exposition import render_metrics
+from trimtab_lab.emulator.exposition import FinishedRequests, metrics_path, render_metrics
 from trimtab_lab.emulator.requests import Completion, Kind, RequestError, parse_completion
 from trimtab_lab.replica import ReplicaProfile
 
@@ -62,6 +66,7 @@ class ReplicaServer:
             profile=config.profile, speed=config.speed, time_scale=config.time_scale
         )
         self.state = ServerState.NEW
+        self._finished = FinishedRequests(max_tokens=config.profile.max_model_len)
         self.port = 0
         self._host = "127.0.0.1"
         self._runner: web.AppRunner | None = None
@@ -80,7 +85,10 @@ class ReplicaServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
-        app.router.add_get("/metrics", self._metrics)
+        path = metrics_path(engine=self.config.engine)
+        app.router.add_get(path, self._metrics)
+        if path != "/metrics":
+            app.router.add_get("/metrics", self._iteration_stats)
         # handler_cancellation: a client hanging up while its request still waits in the
         # queue must free it at once, not when its first token finds the socket closed.
         runner = web.AppRunner(
@@ -126,8 +134,13 @@ class ReplicaServer:
             state=self.driver.metrics_state(),
             profile=self.config.profile,
             model=self.config.model,
+            finished=self._finished,
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _iteration_stats(self, request: web.Request) -> web.StreamResponse:
+        # trtllm-serve's JSON iteration stats; the emulator keeps none, so the list is empty.
+        return web.json_response([])
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request=request, kind=Kind.COMPLETION)
@@ -145,18 +158,25 @@ class ReplicaServer:
             stream = self.driver.submit(
                 prompt_tokens=completion.prompt_tokens, max_tokens=completion.max_tokens
             )
-        except ValueError as exc:
-            raise RequestError(
-                str(exc), param="max_tokens", code="context_length_exceeded"
+        except ValueError:
+            raise _context_length_error(
+                completion=completion, max_model_len=self.config.profile.max_model_len
             ) from None
+        response_id = f"{'chatcmpl' if completion.kind is Kind.CHAT else 'cmpl'}-{uuid.uuid4().hex}"
         try:
             if completion.stream:
-                return await self._stream(request=request, completion=completion, stream=stream)
-            return await self._whole(completion=completion, stream=stream)
+                return await self._stream(
+                    request=request, completion=completion, stream=stream, response_id=response_id
+                )
+            return await self._whole(completion=completion, stream=stream, response_id=response_id)
         finally:
+            if stream.finished:
+                self._finished.observe(tokens=stream.released)
             self.driver.abandon(stream)
 
-    async def _whole(self, *, completion: Completion, stream: Stream) -> web.StreamResponse:
+    async def _whole(
+        self, *, completion: Completion, stream: Stream, response_id: str
+    ) -> web.StreamResponse:
         await stream.wait(seen=stream.max_tokens)
         if not stream.finished:
             raise RequestError("the replica shut down", status=503, kind="server_error")
@@ -171,14 +191,14 @@ class ReplicaServer:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
         return web.json_response(
             {
-                **_envelope(completion=completion, stream=stream, chunk=False),
+                **_envelope(completion=completion, response_id=response_id, chunk=False),
                 "choices": [choice],
                 "usage": _usage(completion=completion, generated=stream.released),
             }
         )
 
     async def _stream(
-        self, *, request: web.Request, completion: Completion, stream: Stream
+        self, *, request: web.Request, completion: Completion, stream: Stream, response_id: str
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -190,12 +210,14 @@ class ReplicaServer:
             while seen < stream.max_tokens and not stream.cancelled:
                 await stream.wait(seen=seen)
                 for index in range(seen, stream.released):
-                    chunk = _chunk(completion=completion, stream=stream, index=index)
+                    chunk = _chunk(
+                        completion=completion, stream=stream, response_id=response_id, index=index
+                    )
                     await response.write(_event(chunk))
                 seen = max(seen, stream.released)
             if completion.include_usage and not stream.cancelled:
                 usage = _usage(completion=completion, generated=seen)
-                envelope = _envelope(completion=completion, stream=stream, chunk=True)
+                envelope = _envelope(completion=completion, response_id=response_id, chunk=True)
                 await response.write(_event({**envelope, "choices": [], "usage": usage}))
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
@@ -227,18 +249,32 @@ def _token(index: int) -> str:
     return " " + _WORDS[index % len(_WORDS)]
 
 
-def _envelope(*, completion: Completion, stream: Stream, chunk: bool) -> dict[str, Any]:
+def _context_length_error(*, completion: Completion, max_model_len: int) -> RequestError:
+    """vLLM's refusal of a request longer than the context (serving_engine, 0.6 to 0.10)."""
+    prompt, output = completion.prompt_tokens, completion.max_tokens
+    return RequestError(
+        f"This model's maximum context length is {max_model_len} tokens. However, you "
+        f"requested {prompt + output} tokens ({prompt} in the messages, {output} in the "
+        "completion). Please reduce the length of the messages or completion.",
+        param="max_tokens",
+        code="context_length_exceeded",
+    )
+
+
+def _envelope(*, completion: Completion, response_id: str, chunk: bool) -> dict[str, Any]:
     chat = completion.kind is Kind.CHAT
     kinds = ("chat.completion.chunk", "chat.completion") if chat else ("text_completion",) * 2
     return {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{stream.request_id}",
+        "id": response_id,
         "object": kinds[0] if chunk else kinds[1],
         "created": int(time.time()),
         "model": completion.model,
     }
 
 
-def _chunk(*, completion: Completion, stream: Stream, index: int) -> dict[str, Any]:
+def _chunk(
+    *, completion: Completion, stream: Stream, response_id: str, index: int
+) -> dict[str, Any]:
     last = index + 1 == stream.max_tokens
     finish = "length" if last else None
     if completion.kind is Kind.CHAT:
@@ -251,7 +287,8 @@ def _chunk(*, completion: Completion, stream: Stream, index: int) -> dict[str, A
         }
     else:
         choice = {"index": 0, "text": _token(index), "logprobs": None, "finish_reason": finish}
-    return {**_envelope(completion=completion, stream=stream, chunk=True), "choices": [choice]}
+    envelope = _envelope(completion=completion, response_id=response_id, chunk=True)
+    return {**envelope, "choices": [choice]}
 
 
 def _usage(*, completion: Completion, generated: int) -> dict[str, int]:

@@ -1,7 +1,9 @@
 """``trimtab sim``: run a scenario file through the fleet simulator and report per balancer.
 
-Prints a table to stdout, optionally writes JSON (``--json``) and a figure (``--plot``). A
-progress bar goes to stderr when it is a terminal. Exit status 2 on a malformed scenario or
+Prints a table to stdout, with a ``bound`` row (per metric the best of ``ideal`` and
+``oracle``, :mod:`trimtab_lab.sim.bound`) and a warning for every realizable balancer that beats
+it; optionally writes JSON (``--json``) and a figure (``--plot``). A progress bar goes to stderr
+when it is a terminal. Exit status 2 on a malformed scenario or
 trace, with the file, line and field in the message.
 """
 
@@ -9,29 +11,32 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from trimtab_lab.sim.bound import compute_bound, find_breaches
 from trimtab_lab.sim.errors import SimulationError
 from trimtab_lab.sim.running import Progress, ScenarioRun, run_scenario
 from trimtab_lab.sim.scenario import PolicyName, load_scenario
+from trimtab_lab.tables import results_table, table_console
 
 __all__ = ["sim"]
 
 _COLUMNS = (
     ("ttft_p50", "TTFT p50"),
     ("ttft_p99", "TTFT p99"),
-    ("e2e_p50", "E2E p50"),
     ("e2e_p99", "E2E p99"),
-    ("queue_p99", "queue p99"),
+    ("tpot_p50", "TPOT p50"),
+    ("tpot_p99", "TPOT p99"),
     ("throughput_tokens_per_s", "tok/s"),
     ("imbalance", "imbalance"),
     ("preemptions", "preempt"),
-    ("rejected", "503s"),
+    ("rejected", "rejected"),
     ("completed", "done"),
+    ("goodput_multiplier", "goodput ×"),
 )
 
 
@@ -67,7 +72,7 @@ def _policies(_: click.Context, __: click.Parameter, value: str | None) -> list[
 @click.option(
     "--goodput",
     is_flag=True,
-    help="Also bisect each policy's goodput (p99 TTFT under slo.ttft_p99); slow.",
+    help="Also bisect each policy's goodput (p99 TTFT and TPOT under the slo); slow.",
 )
 def sim(
     scenario: Path,
@@ -125,31 +130,36 @@ def _as_json(run: ScenarioRun, *, seed: int | None) -> dict[str, Any]:
     scenario["workload_source"] = run.workload.source
     scenario["offered_rate_per_s"] = run.offered_rate_per_s
     scenario["max_rate_per_s"] = run.max_rate_per_s
+    results = {name: policy.result.to_json() for name, policy in run.runs.items()}
+    bound = compute_bound(results)
     return {
         "scenario": scenario,
-        "policies": {name: policy.result.to_json() for name, policy in run.runs.items()},
+        "policies": results,
+        "bound": bound.to_json() if bound is not None else None,
+        "bound_breaches": [
+            vars(breach)
+            for breach in (find_breaches(results=results, bound=bound) if bound else [])
+        ],
     }
 
 
 def _print_table(run: ScenarioRun) -> None:
-    header = ["policy", *(title for _, title in _COLUMNS)]
-    rows = [header]
-    for name, policy in run.runs.items():
-        values = policy.result.to_json()
-        rows.append([name, *(_cell(values[key]) for key, _ in _COLUMNS)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    results = {name: policy.result.to_json() for name, policy in run.runs.items()}
+    rows: dict[str, Mapping[str, object]] = dict(results)
+    bound = compute_bound(results)
+    if bound is not None:
+        rows["bound"] = {key: bound.values.get(key) for key, _ in _COLUMNS}
     utilisation = run.offered_rate_per_s / run.max_rate_per_s
-    click.echo(
-        f"{run.scenario.name}: {len(run.workload)} requests, {run.offered_rate_per_s:.2f}/s "
-        f"(utilisation {utilisation:.2f}), {run.workload.source}"
+    table = results_table(
+        title=(
+            f"{run.scenario.name}: {len(run.workload)} requests, {run.offered_rate_per_s:.2f}/s "
+            f"(utilisation {utilisation:.2f}), {run.workload.source}"
+        ),
+        results=rows,
+        columns=_COLUMNS,
     )
-    for row in rows:
-        click.echo("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
+    console = table_console()
+    console.print(table)
+    if bound is not None:
+        for breach in find_breaches(results=results, bound=bound):
+            console.print(f"warning: {breach.describe()}", markup=False)

@@ -15,12 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
+from trimtab.admission import AdmissionSettings
+from trimtab.errors import SpecInvalid
 from trimtab.policy import PolicySettings
 from trimtab_lab.replica import Replica, get_profile
 from trimtab_lab.sim.balancers import EndpointPicker, SharedQueue, envoy_baseline
 from trimtab_lab.sim.engine import Balancer, RunRecord, simulate
 from trimtab_lab.sim.envoy import LbAlgorithm
 from trimtab_lab.sim.errors import ScenarioError
+from trimtab_lab.sim.oracle import Oracle
+from trimtab_lab.sim.picker_balancer import PickerBalancer
 from trimtab_lab.sim.results import PolicyResult, summarise
 from trimtab_lab.sim.scenario import PolicyName, Scenario
 from trimtab_lab.sim.trimtab_balancer import Observation, TrimtabBalancer
@@ -157,6 +161,16 @@ def policy_settings(scenario: Scenario) -> PolicySettings:
         raise ScenarioError(path=None, problems=[f"trimtab.settings.{error}"]) from None
 
 
+def admission_settings(scenario: Scenario) -> AdmissionSettings:
+    """The scenario's AdmissionSettings overrides applied to the defaults."""
+    try:
+        return AdmissionSettings(**scenario.trimtab.admission)
+    except TypeError as error:
+        raise ScenarioError(path=None, problems=[f"trimtab.admission: {error}"]) from None
+    except SpecInvalid as error:
+        raise ScenarioError(path=None, problems=[f"trimtab.admission: {error}"]) from None
+
+
 def _balancer(*, policy: PolicyName, scenario: Scenario, hosts: int, seed: int) -> Balancer:
     rng = random.Random(seed * 1_000_003 + zlib.crc32(policy.value.encode()))
     if policy is PolicyName.ROUND_ROBIN:
@@ -169,6 +183,8 @@ def _balancer(*, policy: PolicyName, scenario: Scenario, hosts: int, seed: int) 
         return EndpointPicker(rng=rng)
     if policy is PolicyName.IDEAL:
         return SharedQueue()
+    if policy is PolicyName.ORACLE:
+        return Oracle()
     spec = scenario.trimtab
     observation = Observation(
         scrape_interval_s=spec.scrape_interval,
@@ -176,6 +192,13 @@ def _balancer(*, policy: PolicyName, scenario: Scenario, hosts: int, seed: int) 
         delay_s=spec.delay,
         rate_window_s=spec.rate_window,
     )
+    if policy is PolicyName.TRIMTAB_PICKER:
+        return PickerBalancer(
+            hosts=hosts,
+            settings=policy_settings(scenario),
+            admission=admission_settings(scenario),
+            observation=observation,
+        )
     return TrimtabBalancer(
         hosts=hosts, settings=policy_settings(scenario), observation=observation, rng=rng
     )
@@ -209,8 +232,17 @@ def run_policy(
     )
 
 
+def meets_slo(*, result: PolicyResult, scenario: Scenario) -> bool:
+    """Whether p99 TTFT and p99 TPOT are both at or under the scenario's SLO."""
+    ttft, tpot = result.ttft.p99, result.tpot.p99
+    slo = scenario.slo
+    # No request of two or more tokens leaves TPOT undefined, which constrains nothing.
+    tpot_ok = bool(np.isnan(tpot) or tpot <= slo.tpot_p99)
+    return bool(np.isfinite(ttft) and ttft <= slo.ttft_p99) and tpot_ok
+
+
 def search_goodput(*, scenario: Scenario, base_dir: Path, policy: PolicyName, seed: int) -> float:
-    """Highest rate multiplier in the search range whose p99 TTFT meets the SLO (bisection).
+    """Highest rate multiplier in the search range that meets the joint SLO (bisection).
 
     Returns the low end of the range when even that misses the SLO, the high end when even that
     meets it.
@@ -222,8 +254,7 @@ def search_goodput(*, scenario: Scenario, base_dir: Path, policy: PolicyName, se
             scenario=scenario, base_dir=base_dir, seed=seed, rate_multiplier=multiplier
         )
         run = run_policy(scenario=scenario, workload=workload, policy=policy, seed=seed)
-        p99 = run.result.ttft.p99
-        return bool(np.isfinite(p99) and p99 <= scenario.slo.ttft_p99)
+        return meets_slo(result=run.result, scenario=scenario)
 
     if meets(high):
         return high
@@ -272,11 +303,12 @@ def run_scenario(
                 scenario=scenario, base_dir=base_dir, policy=policy, seed=seed
             )
             result = PolicyRun(
-                result=_with_goodput(result.result, multiplier), record=result.record
+                result=replace(
+                    result.result,
+                    goodput_multiplier=multiplier,
+                    goodput_rate_per_s=multiplier * run.offered_rate_per_s,
+                ),
+                record=result.record,
             )
         run.runs[policy.value] = result
     return run
-
-
-def _with_goodput(result: PolicyResult, multiplier: float) -> PolicyResult:
-    return replace(result, goodput_multiplier=multiplier)

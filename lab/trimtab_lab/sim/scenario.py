@@ -1,53 +1,44 @@
 """Scenario files: the YAML that names a fleet, a workload and the balancers to compare.
 
 Parsed with pydantic v2; unknown keys are errors and every problem names its field path, e.g.
-``fleet.overrides.0.speed``. Durations are Kubernetes/Go style strings (``"1800s"``, ``"30m"``,
-``"500ms"``, ``"1h30m"``) or plain numbers of seconds. Paths are relative to the YAML file's
-folder. ``docs/simulator.md`` documents every key with its default.
+``fleet.overrides.0.speed``. Durations are strings in the CRD's grammar
+(:func:`trimtab.api.durations.parse_duration`: ``"1800s"``, ``"30m"``, ``"500ms"``, ``"1h30m"``)
+or plain numbers of seconds. Paths are relative to the YAML file's folder.
+``docs/simulator.md`` documents every key with its default.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
+)
 
+from trimtab.api.durations import parse_duration
 from trimtab_lab.replica import PROFILE_NAMES
 from trimtab_lab.sim.errors import ScenarioError
 from trimtab_lab.sim.workloads import TraceFormat
 
-__all__ = ["PolicyName", "Scenario", "load_scenario", "parse_duration", "parse_scenario"]
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s)")
+__all__ = ["PolicyName", "Scenario", "load_scenario", "parse_scenario"]
 
 
-def parse_duration(value: object) -> float:
-    """Seconds from ``"1h30m"``, ``"1800s"``, ``"500ms"`` or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a string like '30s' or a number of seconds")
-    if isinstance(value, int | float):
-        return float(value)
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("a duration is a string like '30s' or a number of seconds")
-    text = value.strip()
-    position, total = 0, 0.0
-    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * scale[match.group(2)]
-        position = match.end()
-    if position != len(text) or position == 0:
-        raise ValueError(f"not a duration: {value!r} (use e.g. '1800s', '30m', '500ms')")
-    return total
+def _seconds(value: object) -> object:
+    # Strings follow the CRD's grammar; anything else is left to float's (strict) validation.
+    return parse_duration(value) if isinstance(value, str) else value
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+Duration = Annotated[float, BeforeValidator(_seconds), Strict(), Field(ge=0)]
+PositiveDuration = Annotated[float, BeforeValidator(_seconds), Strict(), Field(gt=0)]
 
 
 class PolicyName(enum.StrEnum):
@@ -59,6 +50,8 @@ class PolicyName(enum.StrEnum):
     TRIMTAB = "trimtab"
     EPP = "epp"
     IDEAL = "ideal"
+    TRIMTAB_PICKER = "trimtab_picker"
+    ORACLE = "oracle"
 
 
 class _Strict(BaseModel):
@@ -147,11 +140,17 @@ class TrimtabSpec(_Strict):
     rate_window: PositiveDuration = 10.0
     settings: dict[str, Any] = Field(default_factory=dict)
     """PolicySettings fields (snake_case) to override."""
+    admission: dict[str, Any] = Field(default_factory=dict)
+    """AdmissionSettings fields (snake_case) to override, for ``trimtab_picker``."""
 
 
 class SloSpec(_Strict):
+    """The joint SLO of goodput: the highest rate multiplier meeting both bounds."""
+
     ttft_p99: PositiveDuration = 2.0
-    """Goodput is the highest rate multiplier that keeps p99 TTFT at or under this."""
+    """p99 time to first token must stay at or under this."""
+    tpot_p99: PositiveDuration = 0.1
+    """p99 time per output token must stay at or under this."""
 
 
 class Scenario(_Strict):
@@ -170,6 +169,8 @@ class Scenario(_Strict):
             PolicyName.TRIMTAB,
             PolicyName.EPP,
             PolicyName.IDEAL,
+            PolicyName.TRIMTAB_PICKER,
+            PolicyName.ORACLE,
         ],
         min_length=1,
     )

@@ -5,13 +5,15 @@ Engine metrics are scraped every ``scrape_interval_s``; the controller decides e
 generated-token rates over ``rate_window_s``; the decision reaches Envoy ``delay_s`` later, as
 weights and per-host caps of an :class:`~trimtab_lab.sim.envoy.EnvoyCluster` running weighted
 LEAST_REQUEST with the policy's ``active_request_bias``, ``choice_count`` and
-``max_pending_requests``.
+``max_pending_requests``. :class:`PolicyLoop` is that pipeline without Envoy, shared with the
+picker balancer (:mod:`trimtab_lab.sim.picker_balancer`).
 """
 
 from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trimtab.api.records import Decision, PodInput, PodName, PodSample
@@ -21,7 +23,7 @@ from trimtab_lab.sim.balancers import EnvoyBalancer
 from trimtab_lab.sim.engine import Fleet
 from trimtab_lab.sim.envoy import EnvoyCluster, LbAlgorithm
 
-__all__ = ["Observation", "TrimtabBalancer"]
+__all__ = ["Apply", "Observation", "PolicyLoop", "Scrape", "TrimtabBalancer"]
 
 # Replicas have been Ready this long when the run starts, so slow start is over.
 _READY_BEFORE_S = 3600.0
@@ -48,56 +50,73 @@ class Observation:
             raise ValueError("delay must be >= 0")
 
 
-class TrimtabBalancer(EnvoyBalancer):
-    """Envoy driven by :func:`trimtab.policy.compute_decision` on stale metrics."""
+@dataclass(frozen=True, kw_only=True)
+class Scrape:
+    """Every host's engine metrics as one scrape read them."""
+
+    taken_s: float
+    states: Sequence[ReplicaState]
+    """One per host, by index."""
+
+
+Apply = Callable[[Decision, Scrape, float], None]
+"""Called with a decision, the scrape it was made from and the time it lands."""
+
+
+class PolicyLoop:
+    """Scrapes, decisions by :func:`trimtab.policy.compute_decision`, their delayed arrival.
+
+    Every ``decide_interval_s`` the policy decides from the latest scrape of every host (its age
+    passed on) and rates over ``rate_window_s``; ``delay_s`` later ``apply`` receives the
+    decision with those scrapes.
+    """
 
     def __init__(
-        self,
-        *,
-        hosts: int,
-        settings: PolicySettings,
-        observation: Observation,
-        rng: random.Random,
+        self, *, hosts: int, settings: PolicySettings, observation: Observation, apply: Apply
     ) -> None:
-        cluster = EnvoyCluster(
-            hosts=hosts,
-            algorithm=LbAlgorithm.LEAST_REQUEST,
-            rng=rng,
-            active_request_bias=settings.active_request_bias,
-            choice_count=settings.choice_count,
-            max_pending_requests=settings.max_pending_requests,
-        )
-        super().__init__(cluster=cluster)
         self._settings = settings
         self._observation = observation
+        self._apply = apply
         self._names = [PodName(f"r{h}") for h in range(hosts)]
         keep = int(observation.rate_window_s / observation.scrape_interval_s) + 2
         self._scrapes: list[deque[ReplicaState]] = [deque(maxlen=keep) for _ in range(hosts)]
+        self._scraped_s = 0.0
         self._previous: Decision | None = None
         self._previous_s = 0.0
-        self.decisions = 0
+        self._fleet: Fleet | None = None
+
+    @property
+    def names(self) -> list[PodName]:
+        """The pod name of each host, by index."""
+        return list(self._names)
 
     def start(self, *, fleet: Fleet) -> None:
-        super().start(fleet=fleet)
+        self._fleet = fleet
         obs = self._observation
         # The operator was running before the window opens: start from its idle decision.
         self._scrape(0.0)
-        self._apply(self._decide_now(0.0), 0.0)
+        decision, scrape = self._decide_now(0.0)
+        self._apply(decision, scrape, 0.0)
         fleet.every(period_s=obs.scrape_interval_s, action=self._scrape, first_s=0.0)
         fleet.every(period_s=obs.decide_interval_s, action=self._decide, first_s=0.0)
 
     def _scrape(self, now: float) -> None:
-        fleet = self._fleet()
+        fleet = self._fleet
+        assert fleet is not None
         for host, history in enumerate(self._scrapes):
             history.append(fleet.observe(host=host, now=now))
+        self._scraped_s = now
 
     def _decide(self, now: float) -> None:
-        decision = self._decide_now(now)
-        self._fleet().at(
-            time_s=now + self._observation.delay_s, action=lambda at: self._apply(decision, at)
+        fleet = self._fleet
+        assert fleet is not None
+        decision, scrape = self._decide_now(now)
+        fleet.at(
+            time_s=now + self._observation.delay_s,
+            action=lambda at: self._apply(decision, scrape, at),
         )
 
-    def _decide_now(self, now: float) -> Decision:
+    def _decide_now(self, now: float) -> tuple[Decision, Scrape]:
         pods = [
             PodInput(
                 name=name,
@@ -111,8 +130,8 @@ class TrimtabBalancer(EnvoyBalancer):
             pods=pods, previous=self._previous, settings=self._settings, elapsed_s=elapsed
         )
         self._previous, self._previous_s = decision, now
-        self.decisions += 1
-        return decision
+        scrape = Scrape(taken_s=self._scraped_s, states=[h[-1] for h in self._scrapes])
+        return decision, scrape
 
     def _sample(self, *, history: deque[ReplicaState], now: float) -> PodSample | None:
         if not history:
@@ -134,7 +153,37 @@ class TrimtabBalancer(EnvoyBalancer):
             decode_tokens_per_s=decode,
         )
 
-    def _apply(self, decision: Decision, now: float) -> None:
+
+class TrimtabBalancer(EnvoyBalancer):
+    """Envoy driven by :func:`trimtab.policy.compute_decision` on stale metrics."""
+
+    def __init__(
+        self,
+        *,
+        hosts: int,
+        settings: PolicySettings,
+        observation: Observation,
+        rng: random.Random,
+    ) -> None:
+        cluster = EnvoyCluster(
+            hosts=hosts,
+            algorithm=LbAlgorithm.LEAST_REQUEST,
+            rng=rng,
+            active_request_bias=settings.active_request_bias,
+            choice_count=settings.choice_count,
+            max_pending_requests=settings.max_pending_requests,
+        )
+        super().__init__(cluster=cluster)
+        self._loop = PolicyLoop(
+            hosts=hosts, settings=settings, observation=observation, apply=self._apply
+        )
+        self._names = self._loop.names
+
+    def start(self, *, fleet: Fleet) -> None:
+        super().start(fleet=fleet)
+        self._loop.start(fleet=fleet)
+
+    def _apply(self, decision: Decision, scrape: Scrape, now: float) -> None:
         by_name = decision.by_name()
         weights = [by_name[name].weight for name in self._names]
         caps: list[int | None] = [by_name[name].max_in_flight for name in self._names]

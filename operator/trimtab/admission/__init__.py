@@ -1,1 +1,34 @@
-"""The admission logic: exact per-pod in-flight caps and one shared queue. Pure: no I/O."""
+"""The admission logic: exact per-pod in-flight caps and one shared queue. Pure: no I/O.
+
+The picker (ext_proc) and the simulator's ``trimtab_picker`` balancer drive the same
+:class:`Admission` object; time comes in as ``now``. :mod:`trimtab.admission.core` explains the
+rules, :mod:`trimtab.admission.pods` the KV-token estimate.
+"""
+
+from trimtab.admission.core import Admission
+from trimtab.admission.records import (
+    AdmissionStats,
+    Ask,
+    Grant,
+    PodCapacity,
+    PodStats,
+    Queued,
+    Refusal,
+    RefusalReason,
+    RequestId,
+)
+from trimtab.admission.settings import AdmissionSettings
+
+__all__ = [
+    "Admission",
+    "AdmissionSettings",
+    "AdmissionStats",
+    "Ask",
+    "Grant",
+    "PodCapacity",
+    "PodStats",
+    "Queued",
+    "Refusal",
+    "RefusalReason",
+    "RequestId",
+]

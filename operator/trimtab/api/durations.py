@@ -14,12 +14,22 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
-__all__ = ["DURATION_PATTERN", "Duration", "DurationValue", "format_duration", "parse_duration"]
+__all__ = [
+    "DURATION_PATTERN",
+    "LONGEST",
+    "Duration",
+    "DurationRange",
+    "DurationValue",
+    "format_duration",
+    "parse_duration",
+]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 DURATION_PATTERN = r"^(\d+(\.\d+)?(ms|s|m|h))+$"
 _WHOLE = re.compile(DURATION_PATTERN)
+LONGEST = 7 * 24 * 3600.0
+"""No duration in trimtab's API means more than a week; larger ones are typos or attacks."""
 
 
 def parse_duration(text: str) -> float:
@@ -28,7 +38,10 @@ def parse_duration(text: str) -> float:
         raise ValueError(
             f"invalid duration {text!r}: use a number with a unit ms, s, m or h, e.g. 500ms, 2s, 1m"
         )
-    return sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
+    seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
+    if not seconds <= LONGEST:
+        raise ValueError(f"duration {text[:32]!r} is longer than a week")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
@@ -67,6 +80,8 @@ class DurationValue(float):
             if isinstance(raw, int | float):
                 if raw < 0:
                     raise PydanticCustomError("duration_negative", "a duration cannot be negative")
+                if not raw <= LONGEST:  # also refuses NaN and infinity
+                    raise PydanticCustomError("duration_long", "a duration is at most a week")
                 return cls(format_duration(float(raw)))
             try:
                 return cls(raw)
@@ -88,3 +103,50 @@ class DurationValue(float):
 
 
 Duration = Annotated[DurationValue, "duration"]
+
+
+class DurationRange:
+    """Bounds of one Duration field, enforced by pydantic and stated as CRD CEL rules.
+
+    Used as ``Annotated[DurationValue, DurationRange(at_least="100ms", at_most="10m")]`` so the
+    range is written once and the API server refuses exactly what the operator refuses.
+    """
+
+    def __init__(self, *, at_least: str | None = None, at_most: str | None = None) -> None:
+        self.at_least = at_least
+        self.at_most = at_most
+        self._low = parse_duration(at_least) if at_least else None
+        self._high = parse_duration(at_most) if at_most else None
+
+    def _message(self) -> str:
+        if self.at_least and self.at_most:
+            return f"must be between {self.at_least} and {self.at_most}"
+        if self.at_least:
+            return f"must be at least {self.at_least}"
+        return f"must be at most {self.at_most}"
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        def check(value: DurationValue) -> DurationValue:
+            if (self._low is not None and value < self._low) or (
+                self._high is not None and value > self._high
+            ):
+                raise PydanticCustomError("duration_range", f"{value.text} {self._message()}")
+            return value
+
+        return core_schema.no_info_after_validator_function(check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        found = dict(handler(schema))
+        parts = []
+        if self.at_least:
+            parts.append(f"duration(self) >= duration('{self.at_least}')")
+        if self.at_most:
+            parts.append(f"duration(self) <= duration('{self.at_most}')")
+        found["x-kubernetes-validations"] = [
+            {"rule": " && ".join(parts), "message": self._message()}
+        ]
+        return found

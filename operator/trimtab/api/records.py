@@ -37,6 +37,9 @@ class PodState(enum.StrEnum):
     """Preempting or saturated: weight held at the floor until it recovers."""
     STALE = "Stale"
     """Metrics missing or older than ``staleAfter``: weight decays towards equal."""
+    UNREACHABLE = "Unreachable"
+    """Its metrics port refused or timed out: weight at the floor (never zero) until it
+    answers again, then back up by the normal smoothing."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,13 @@ class PodSample:
     decode_tokens_per_s: float | None = None
     """Output tokens the pod generated per second over the last window (rate of a counter such
     as ``vllm:generation_tokens_total``)."""
+    prefix_hit_rate: float | None = None
+    """Share of prompt tokens served from the prefix cache over the last window, 0..1 (hits
+    over queries, e.g. ``vllm:prefix_cache_hits_total``); ``None`` when the engine exports no
+    such counters or no prompt arrived in the window."""
+    unreachable: bool = False
+    """The pod itself did not answer (connection refused, reset or timed out), as opposed to
+    answering with a bad page: a dead replica must not keep its weight."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ PLURAL = "inferencepools"
 SINGULAR = "inferencepool"
 SHORT_NAMES = ["ipool"]
 CATEGORIES = ["trimtab", "inference"]
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class ObjectMeta(BaseModel):
@@ -37,8 +39,8 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str = Field(min_length=1, max_length=253)
-    namespace: str = "default"
+    name: str = Field(min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)
+    namespace: str = Field(default="default", min_length=1, max_length=63, pattern=_DNS_LABEL)
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 

@@ -10,6 +10,7 @@ that names the field and says what is allowed.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import re
 from typing import Annotated, Any, Self
 
@@ -24,9 +25,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from trimtab.api.durations import Duration, DurationValue, parse_duration
+from trimtab.api.durations import Duration, DurationRange, DurationValue, parse_duration
 
 __all__ = [
+    "AdmissionMode",
+    "AdmissionSpec",
     "AppProtocol",
     "CustomMetrics",
     "Engine",
@@ -56,6 +59,11 @@ _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])
 _CLUSTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 _METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+# A DNS name (IPv4 included) or something IPv6-shaped; pydantic then checks exactly.
+_ADDRESS = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*)$"
+)
 
 Port = Annotated[int, Field(ge=1, le=65535, description="TCP port, 1..65535.")]
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL)]
@@ -150,15 +158,30 @@ class StaticEndpoint(_Model):
 
     name: Name = Field(description="Unique name of the replica (a DNS label).")
     address: str = Field(
-        min_length=1, max_length=253, description="IP address or hostname of the replica."
+        min_length=1,
+        max_length=253,
+        description="IP address or hostname of the replica, without a port.",
+        # In the CRD only: the validator below says what is wrong in words.
+        json_schema_extra={"pattern": _ADDRESS},
     )
     port: Port
 
     @field_validator("address")
     @classmethod
     def _address_shape(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9.:\-\[\]]+", value):
-            raise ValueError("address must be an IP address or a hostname")
+        if ":" in value and not value.startswith("[") and value.count(":") == 1:
+            raise ValueError(
+                "address must be an IP address or a hostname without a port: put the port in port"
+            )
+        if value.startswith("["):
+            raise ValueError("address must be an IP address or a hostname, without brackets")
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not re.fullmatch(_DNS_SUBDOMAIN, value):
+                raise ValueError(
+                    "address must be an IP address or a hostname (lowercase DNS name)"
+                ) from None
         return value
 
 
@@ -205,7 +228,10 @@ class PrometheusSpec(_Model):
             ]
         }
     )
-    url: AnyHttpUrl = Field(description="Base URL of the Prometheus HTTP API, http or https.")
+    url: AnyHttpUrl = Field(
+        description="Base URL of the Prometheus HTTP API, http or https.",
+        json_schema_extra={"pattern": "^https?://"},
+    )
     bearer_token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Bearer token read from a Secret key."
     )
@@ -215,7 +241,7 @@ class PrometheusSpec(_Model):
     insecure_skip_verify: bool = Field(
         default=False, description="Skip TLS certificate verification (not recommended)."
     )
-    timeout: Duration = Field(
+    timeout: Annotated[Duration, DurationRange(at_least="100ms", at_most="5m")] = Field(
         default=DurationValue("5s"), description="Timeout of one query. Default 5s."
     )
     namespace_label: str = Field(
@@ -224,7 +250,7 @@ class PrometheusSpec(_Model):
     pod_label: str = Field(
         default="pod", pattern=_METRIC_NAME, description="Label holding the pod name."
     )
-    scrape_interval: Duration = Field(
+    scrape_interval: Annotated[Duration, DurationRange(at_least="1s", at_most="1h")] = Field(
         default=DurationValue("15s"),
         description="How often Prometheus scrapes the pods; sizes the rate() window (4 scrapes).",
     )
@@ -268,10 +294,10 @@ class MetricsSpec(_Model):
         default=MetricsSource.DIRECT,
         description="prometheus (PromQL, batched per pool) or direct (scrape each pod).",
     )
-    interval: Duration = Field(
+    interval: Annotated[Duration, DurationRange(at_least="100ms", at_most="10m")] = Field(
         default=DurationValue("2s"), description="How often to read metrics and decide. >= 100ms."
     )
-    stale_after: Duration = Field(
+    stale_after: Annotated[Duration, DurationRange(at_least="100ms", at_most="1h")] = Field(
         default=DurationValue("15s"),
         description="Samples older than this are stale; weights then decay to equal.",
     )
@@ -294,13 +320,6 @@ class MetricsSpec(_Model):
         description="TGI's --max-batch-total-tokens: TGI exports no KV gauge, so KV usage is "
         "tgi_batch_current_max_tokens over this budget; unset: KV usage unknown for TGI.",
     )
-
-    @field_validator("interval")
-    @classmethod
-    def _interval_floor(cls, value: DurationValue) -> DurationValue:
-        if value < 0.1:
-            raise ValueError(f"interval {value.text} is too short: use at least 100ms")
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -441,6 +460,77 @@ class PolicySpec(_Model):
         return self
 
 
+class AdmissionMode(enum.StrEnum):
+    OFF = "off"
+    PICKER = "picker"
+
+
+class AdmissionSpec(_Model):
+    """Per-request admission by trimtab's endpoint picker: exact caps and one shared queue.
+
+    Mode picker needs Envoy or a GIE gateway calling the picker over ext_proc; when it does
+    not answer, Envoy falls back to the pool's weights.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.mode == 'off'"
+                    " || duration(self.retryAfter) <= duration(self.queueTtl)",
+                    "message": "retryAfter must not exceed queueTtl",
+                },
+            ]
+        }
+    )
+
+    mode: AdmissionMode = Field(
+        default=AdmissionMode.OFF, description="off (weights only) or picker (per request)."
+    )
+    queue_length: int = Field(
+        default=1024,
+        ge=0,
+        le=100_000,
+        description="Requests that may wait in the pool's one shared queue; beyond: 429.",
+    )
+    queue_ttl: Annotated[Duration, DurationRange(at_least="10ms", at_most="10m")] = Field(
+        default=DurationValue("30s"),
+        description="Longest wait in the queue before a 429 with Retry-After. Keep Envoy's "
+        "ext_proc message_timeout above it.",
+    )
+    kv_limit: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Admit to a pod only while its estimated KV-cache usage stays below this.",
+    )
+    expected_output_tokens: int = Field(
+        default=256,
+        ge=0,
+        le=1_000_000,
+        description="Output tokens assumed per request when estimating its KV footprint.",
+    )
+    bytes_per_token: float = Field(
+        default=4.0,
+        ge=0.5,
+        le=64,
+        description="Prompt tokens are estimated as request bytes / this, without a "
+        "token-count header.",
+    )
+    priority_classes: int = Field(
+        default=1, ge=1, le=16, description="Priority classes (header x-trimtab-priority)."
+    )
+    retry_after: Annotated[Duration, DurationRange(at_least="10ms", at_most="10m")] = Field(
+        default=DurationValue("1s"), description="Retry-After sent with a 429."
+    )
+
+    @model_validator(mode="after")
+    def _retry_within_ttl(self) -> Self:
+        if self.mode is not AdmissionMode.OFF and float(self.retry_after) > float(self.queue_ttl):
+            raise ValueError("retryAfter must not exceed queueTtl")
+        return self
+
+
 class RetryOn(enum.StrEnum):
     CONNECT_FAILURE = "connect-failure"
     RESET = "reset"
@@ -546,6 +636,14 @@ class Target(_Model):
         return self
 
 
+_UNIQUE_CLUSTERS = (
+    "(self.targets.filter(t, has(t.envoy)).map(t, t.envoy.cluster)"
+    " + self.targets.filter(t, has(t.envoyFile)).map(t, t.envoyFile.cluster))"
+    ".all(c, self.targets.filter(t, has(t.envoy) && t.envoy.cluster == c).size()"
+    " + self.targets.filter(t, has(t.envoyFile) && t.envoyFile.cluster == c).size() == 1)"
+)
+
+
 class InferencePoolSpec(_Model):
     """Desired state of an InferencePool: its members, metrics, policy, retries and targets."""
 
@@ -560,6 +658,10 @@ class InferencePoolSpec(_Model):
                     "rule": "self.engine != 'custom'"
                     " || (has(self.metrics) && has(self.metrics.custom))",
                     "message": "engine custom needs metrics.custom with the metric names",
+                },
+                {
+                    "rule": _UNIQUE_CLUSTERS,
+                    "message": "envoy cluster names must be unique within a pool",
                 },
             ]
         }
@@ -595,6 +697,9 @@ class InferencePoolSpec(_Model):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, json_schema_extra={"default": {}})
     policy: PolicySpec = Field(default_factory=PolicySpec, json_schema_extra={"default": {}})
     retry: RetrySpec = Field(default_factory=RetrySpec, json_schema_extra={"default": {}})
+    admission: AdmissionSpec = Field(
+        default_factory=AdmissionSpec, json_schema_extra={"default": {}}
+    )
     targets: list[Target] = Field(
         min_length=1, max_length=16, description="Where decisions go; at least one."
     )
@@ -608,6 +713,12 @@ class InferencePoolSpec(_Model):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
                 raise ValueError(f"endpoints names must be unique; repeated: {duplicates}")
+            places = [f"{e.address}:{e.port}" for e in self.endpoints]
+            twice = sorted({p for p in places if places.count(p) > 1})
+            if twice:
+                raise ValueError(
+                    f"endpoints must not repeat an address and port; repeated: {twice}"
+                )
         if self.engine is Engine.CUSTOM and self.metrics.custom is None:
             raise ValueError("engine custom needs metrics.custom with the metric names")
         ports = [p.number for p in self.target_ports]

@@ -61,6 +61,9 @@ class PodStatus(_Model):
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
+    prefix_hit_rate: float | None = Field(
+        default=None, description="Prompt tokens served from the prefix cache, 0..1."
+    )
     state: str
     reason: str = ""
 

@@ -2,8 +2,9 @@
 
 Each target gets a :class:`TargetDriver`: a named task that applies the *latest* decision
 offered (older ones are superseded, never queued), with a timeout per attempt and an
-exponential backoff after failures. The loop only calls :meth:`TargetDriver.offer` and reads
-:meth:`TargetDriver.state`, so a hung Envoy or API server delays that target alone.
+exponential backoff after failures. The loop only calls :meth:`TargetSet.offer` and reads
+:meth:`TargetSet.states`, so a hung Envoy or API server delays that target alone. An empty
+decision (no Ready member) is never offered: the data plane keeps the last one.
 """
 
 from __future__ import annotations
@@ -12,16 +13,25 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from trimtab import tasks
+from trimtab.api.reasons import TargetReason
 from trimtab.api.records import Decision, Endpoint, PodName, PoolKey
 from trimtab.api.spec import InferencePoolSpec
+from trimtab.balancing.membership import Member
 from trimtab.errors import TargetSyncError
 from trimtab.targets.base import Target, TargetState
 
-__all__ = ["TargetDriver", "TargetSet"]
+__all__ = ["TargetDriver", "TargetFactory", "TargetSet"]
 
-_PENDING = TargetState(synced=False, reason="Pending", message="not applied yet")
+_PENDING = TargetState(synced=False, reason=TargetReason.PENDING, message="not applied yet")
+
+
+class TargetFactory(Protocol):
+    """The targets a pool's spec names; the same name must mean the same target object."""
+
+    def build(self, *, pool: PoolKey, spec: InferencePoolSpec) -> Sequence[Target]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,12 +161,12 @@ class TargetSet:
                 )
 
     def offer(
-        self,
-        *,
-        spec: InferencePoolSpec,
-        decision: Decision,
-        endpoints: Mapping[PodName, Endpoint],
+        self, *, spec: InferencePoolSpec, decision: Decision, members: Sequence[Member]
     ) -> None:
+        """Hand ``decision`` to every driver, unless it is empty."""
+        if not decision.pods:
+            return
+        endpoints = {m.endpoint.name: m.endpoint for m in members}
         for driver in self._drivers.values():
             driver.offer(spec=spec, decision=decision, endpoints=endpoints)
 
@@ -173,8 +183,10 @@ def _failure(*, exc: Exception, timeout_s: float) -> TargetState:
     if isinstance(exc, TargetSyncError):
         return TargetState(synced=False, reason=exc.reason, message=str(exc)[:256])
     if isinstance(exc, TimeoutError):
-        return TargetState(synced=False, reason="Timeout", message=f"no answer in {timeout_s}s")
+        return TargetState(
+            synced=False, reason=TargetReason.TIMEOUT, message=f"no answer in {timeout_s}s"
+        )
     # An unexpected error is a bug in the target; keep the message short for status and events.
     return TargetState(
-        synced=False, reason="TargetError", message=f"{type(exc).__name__}: {exc}"[:256]
+        synced=False, reason=TargetReason.TARGET_ERROR, message=f"{type(exc).__name__}: {exc}"[:256]
     )

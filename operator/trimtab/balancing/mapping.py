@@ -1,54 +1,47 @@
-"""``spec.policy`` and ``spec.metrics`` → :class:`~trimtab.policy.PolicySettings`.
+"""``spec.policy`` and ``spec.metrics`` → :class:`~trimtab.policy.PolicySettings`, derived.
 
-Every policy knob has a camelCase twin in ``spec.policy`` with the same default and range (a
-test keeps them equal), so this is a plain field-by-field copy plus the unit conversion of
-durations. Should the policy still refuse a value the CRD let through, the error becomes
-:class:`~trimtab.errors.SpecInvalid` naming the spec field, not a crash.
+The knobs are declared by :class:`~trimtab.policy.PolicySettings`; ``spec.policy`` has a
+camelCase twin of each with the same default and range (a test keeps them equal). So this
+mapping names no knob: each settings field is read from the spec field of the same name
+without its ``_s`` unit suffix (a duration there, seconds here), except ``staleAfter``, which
+is a property of the metrics. Should the policy still refuse a value the CRD let through, the
+error becomes :class:`~trimtab.errors.SpecInvalid` naming the spec field, not a crash.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
+from trimtab.api.durations import DurationValue
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.errors import SpecInvalid
 from trimtab.policy import PolicySettings
 
-__all__ = ["settings_from_spec"]
+__all__ = ["settings_from_spec", "spec_field"]
+
+_IN_METRICS = frozenset({"stale_after_s"})
+"""Knobs that are properties of the metrics, not of the policy."""
+
+
+def spec_field(knob: str) -> tuple[str, str]:
+    """``(section, field)`` of the spec that sets the settings field ``knob``."""
+    return ("metrics" if knob in _IN_METRICS else "policy", knob.removesuffix("_s"))
 
 
 def settings_from_spec(spec: InferencePoolSpec) -> PolicySettings:
     """The policy settings of a pool; raise :class:`SpecInvalid` if the policy refuses them."""
-    policy = spec.policy
+    values: dict[str, Any] = {}
+    for knob in dataclasses.fields(PolicySettings):
+        section, name = spec_field(knob.name)
+        model: BaseModel = getattr(spec, section)
+        value = getattr(model, name)
+        values[knob.name] = float(value) if isinstance(value, DurationValue) else value
     try:
-        return PolicySettings(
-            max_in_flight_per_pod=policy.max_in_flight_per_pod,
-            min_in_flight_per_pod=policy.min_in_flight_per_pod,
-            adaptive_caps=policy.adaptive_caps,
-            cap_headroom=policy.cap_headroom,
-            slow_start_s=float(policy.slow_start),
-            slow_start_min_fraction=policy.slow_start_min_fraction,
-            stale_after_s=float(spec.metrics.stale_after),
-            stale_decay_s=float(policy.stale_decay),
-            kv_low_watermark=policy.kv_low_watermark,
-            kv_high_watermark=policy.kv_high_watermark,
-            queue_weight=policy.queue_weight,
-            speed_weight=policy.speed_weight,
-            smoothing_s=float(policy.smoothing),
-            min_weight_change=policy.min_weight_change,
-            weight_scale=policy.weight_scale,
-            weight_floor=policy.weight_floor,
-            drain_preemption_rate=policy.drain_preemption_rate,
-            drain_cap_fraction=policy.drain_cap_fraction,
-            active_request_bias=policy.active_request_bias,
-            choice_count=policy.choice_count,
-            max_pending_requests=policy.max_pending_requests,
-        )
+        return PolicySettings(**values)
     except ValueError as exc:
-        name = str(exc).split(" ", 1)[0]
-        field = (
-            "spec.metrics.staleAfter"
-            if name == "stale_after_s"
-            else f"spec.policy.{to_camel(name.removesuffix('_s'))}"
-        )
-        raise SpecInvalid([f"{field}: {exc}"]) from exc
+        section, name = spec_field(str(exc).split(" ", 1)[0])
+        raise SpecInvalid([f"spec.{section}.{to_camel(name)}: {exc}"]) from exc

@@ -16,7 +16,7 @@ from trimtab import tasks
 from trimtab.balancing.telemetry import serve_metrics
 from trimtab.targets.gate import XdsGate
 from trimtab.targets.xds.cache import SnapshotCache
-from trimtab.targets.xds.server import ServerState, XdsServer
+from trimtab.targets.xds.server import ServerState, XdsSecurity, XdsServer
 
 __all__ = ["Services", "run_services"]
 
@@ -38,7 +38,11 @@ class Services:
 
 @contextlib.asynccontextmanager
 async def run_services(
-    *, xds_port: int | None, metrics_port: int | None, host: str = "0.0.0.0"
+    *,
+    xds_port: int | None,
+    metrics_port: int | None,
+    host: str = "0.0.0.0",
+    xds_security: XdsSecurity | None = None,
 ) -> AsyncIterator[Services]:
     cache = SnapshotCache()
     gate = XdsGate(cache=cache)
@@ -46,7 +50,7 @@ async def run_services(
         xds: XdsServer | None = None
         bound_xds: int | None = None
         if xds_port is not None:
-            xds = XdsServer(cache=cache)
+            xds = XdsServer(cache=cache, security=xds_security or XdsSecurity())
             bound_xds = await xds.start(host=host, port=xds_port)
             stack.push_async_callback(xds.stop, grace=1.0)
         bound_metrics: int | None = None

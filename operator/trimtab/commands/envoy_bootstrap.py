@@ -2,7 +2,8 @@
 
 Clusters come from ``--cluster NAME`` (repeatable, default policy and retry settings) or from
 ``--pools FILE`` (InferencePool manifests; their envoy/envoyFile targets, policy and retry).
-The lead wires it into the CLI as ``trimtab.commands.envoy_bootstrap:envoy_bootstrap``.
+``--picker HOST:PORT`` adds the ext_proc call to trimtab's endpoint picker, failing open to the
+weights; with ``--pools`` only pools whose ``admission.mode`` is ``picker`` go through it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from trimtab.errors import SpecInvalid
 from trimtab.targets.bootstrap import (
     BootstrapCluster,
     BootstrapOptions,
+    PickerOptions,
+    XdsClientTls,
     clusters_from_pools,
     render_bootstrap,
 )
@@ -24,10 +27,10 @@ from trimtab.targets.bootstrap import (
 __all__ = ["envoy_bootstrap"]
 
 
-def _split_address(address: str) -> tuple[str, int]:
+def _split_address(address: str, *, option: str = "--xds-address") -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"{address!r} is not host:port", param_hint="--xds-address")
+        raise click.BadParameter(f"{address!r} is not host:port", param_hint=option)
     return host.strip("[]"), int(port)
 
 
@@ -61,6 +64,15 @@ def _split_address(address: str) -> tuple[str, int]:
     default=None,
     help="Use file EDS from this directory (NAME.json per cluster) instead of ADS.",
 )
+@click.option(
+    "--picker",
+    "picker_address",
+    default=None,
+    help="host:port of trimtab's endpoint picker (ext_proc); a headless Service when replicated.",
+)
+@click.option("--xds-tls-cert", help="Envoy's client certificate for xDS mTLS (path Envoy reads).")
+@click.option("--xds-tls-key", help="Private key of --xds-tls-cert (path Envoy reads).")
+@click.option("--xds-ca", help="CA of trimtab's xDS server certificate (path Envoy reads).")
 def envoy_bootstrap(
     *,
     xds_address: str,
@@ -72,6 +84,10 @@ def envoy_bootstrap(
     node_id: str,
     node_cluster: str,
     eds_dir: str | None,
+    picker_address: str | None,
+    xds_tls_cert: str | None,
+    xds_tls_key: str | None,
+    xds_ca: str | None,
 ) -> None:
     """Print an Envoy bootstrap that gets its pools' clusters from trimtab."""
     chosen = [BootstrapCluster(name=name) for name in clusters]
@@ -84,6 +100,18 @@ def envoy_bootstrap(
     if not chosen:
         raise click.UsageError("give at least one --cluster or a --pools file with envoy targets")
     host, port = _split_address(xds_address)
+    picker = None
+    if picker_address is not None:
+        picker_host, picker_port = _split_address(picker_address, option="--picker")
+        picker = PickerOptions(host=picker_host, port=picker_port)
+    tls_files = (xds_tls_cert, xds_tls_key, xds_ca)
+    if any(tls_files) and not all(tls_files):
+        raise click.UsageError("xDS mTLS needs all of --xds-tls-cert, --xds-tls-key, --xds-ca")
+    xds_tls = (
+        XdsClientTls(cert=xds_tls_cert, key=xds_tls_key, ca=xds_ca)
+        if xds_tls_cert and xds_tls_key and xds_ca
+        else None
+    )
     options = BootstrapOptions(
         clusters=tuple(chosen),
         xds_host=host,
@@ -94,5 +122,7 @@ def envoy_bootstrap(
         node_id=node_id,
         node_cluster=node_cluster,
         eds_dir=eds_dir,
+        picker=picker,
+        xds_tls=xds_tls,
     )
     click.echo(render_bootstrap(options), nl=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import click
 
 from trimtab.errors import SpecInvalid
+from trimtab.targets.xds.server import ServerTls, XdsSecurity
 
 __all__ = ["run"]
 
@@ -29,8 +31,32 @@ _Main = Callable[[asyncio.Event], Awaitable[None]]
 @click.option("--metrics-port", type=int, help="Serve trimtab's /metrics on this port.")
 @click.option("--xds-port", type=int, help="Serve Envoy xDS (ADS) on this port.")
 @click.option(
+    "--picker-port",
+    type=int,
+    help="Serve the endpoint picker (Envoy ext_proc, GIE EPP protocol) on this port.",
+)
+@click.option(
     "--bind-address",
     help="Address of the xDS and metrics listeners [default: 0.0.0.0; 127.0.0.1 with --local].",
+)
+@click.option(
+    "--xds-tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="xDS server certificate (PEM); with --xds-tls-key and --xds-client-ca: mTLS.",
+)
+@click.option(
+    "--xds-tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Private key (PEM) of --xds-tls-cert.",
+)
+@click.option(
+    "--xds-client-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="CA (PEM) that every xDS client certificate must be signed by.",
+)
+@click.option(
+    "--xds-node-id-pattern",
+    help="Regex an Envoy's node id must fully match; other clients get PERMISSION_DENIED.",
 )
 @click.option(
     "--log-format", type=click.Choice(["plain", "json"]), default="plain", show_default=True
@@ -65,7 +91,12 @@ def run(
     liveness_port: int | None,
     metrics_port: int | None,
     xds_port: int | None,
+    picker_port: int | None,
     bind_address: str | None,
+    xds_tls_cert: Path | None,
+    xds_tls_key: Path | None,
+    xds_client_ca: Path | None,
+    xds_node_id_pattern: str | None,
     log_format: str,
     verbose: bool,
     pools_file: Path | None,
@@ -74,12 +105,22 @@ def run(
     lease_namespace: str,
 ) -> None:
     """Balance InferencePools: in a cluster (kopf), or locally with --local."""
+    xds_security = _xds_security(
+        cert=xds_tls_cert, key=xds_tls_key, client_ca=xds_client_ca, pattern=xds_node_id_pattern
+    )
     if pools_file is not None:
         if namespaces or all_namespaces or leader_election:
             raise click.UsageError("--local takes no namespaces and no leader election")
         _configure_local_logging(verbose=verbose, json_format=log_format == "json")
         _run_until_signal(
-            _local(pools_file, status_file, xds_port, metrics_port, bind_address or "127.0.0.1")
+            _local(
+                pools_file,
+                status_file,
+                xds_port,
+                metrics_port,
+                bind_address or "127.0.0.1",
+                xds_security,
+            )
         )
         return
     if status_file is not None:
@@ -102,6 +143,7 @@ def run(
         metrics_port=metrics_port,
         xds_port=xds_port,
         bind_address=bind_address or "0.0.0.0",
+        xds_security=xds_security,
         leader_election=leader_election,
         lease_namespace=lease_namespace,
     )
@@ -110,6 +152,25 @@ def run(
         await run_operator(config=config, stop=stop)
 
     _run_until_signal(operate)
+
+
+def _xds_security(
+    *, cert: Path | None, key: Path | None, client_ca: Path | None, pattern: str | None
+) -> XdsSecurity:
+    given = [path for path in (cert, key, client_ca) if path is not None]
+    if given and len(given) != 3:
+        raise click.UsageError("mTLS needs all of --xds-tls-cert, --xds-tls-key, --xds-client-ca")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise click.BadParameter(str(exc), param_hint="--xds-node-id-pattern") from None
+    tls = (
+        ServerTls(cert=cert, key=key, client_ca=client_ca)
+        if cert is not None and key is not None and client_ca is not None
+        else None
+    )
+    return XdsSecurity(tls=tls, node_id_pattern=pattern)
 
 
 def _quiet_http_logs() -> None:
@@ -134,6 +195,7 @@ def _local(
     xds_port: int | None,
     metrics_port: int | None,
     bind_address: str,
+    xds_security: XdsSecurity,
 ) -> _Main:
     from trimtab.local.runner import run_local
 
@@ -145,6 +207,7 @@ def _local(
                 xds_port=xds_port,
                 metrics_port=metrics_port,
                 bind_address=bind_address,
+                xds_security=xds_security,
                 stop=stop,
             )
         except SpecInvalid as exc:

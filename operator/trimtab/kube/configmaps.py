@@ -6,6 +6,7 @@ Merge-patches the key (so other keys stay), creating the ConfigMap on first use.
 
 from __future__ import annotations
 
+from trimtab.api.reasons import TargetReason
 from trimtab.errors import KubeApiError, KubeNotFound, TargetSyncError
 from trimtab.kube.client import KubeApi
 
@@ -31,5 +32,5 @@ class KubeConfigMapWriter:
                 await self._api.create(base, body)
         except KubeApiError as exc:
             raise TargetSyncError(
-                f"ConfigMap {namespace}/{name}: {exc}", reason="ConfigMapWriteFailed"
+                f"ConfigMap {namespace}/{name}: {exc}", reason=TargetReason.CONFIG_MAP_WRITE_FAILED
             ) from exc

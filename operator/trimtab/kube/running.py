@@ -28,6 +28,7 @@ from trimtab.kube.configmaps import KubeConfigMapWriter
 from trimtab.kube.handlers import Runtime, build_registry
 from trimtab.kube.leadership import AlwaysLeader, Leadership, LeaseElector
 from trimtab.targets.factory import BuiltinTargets
+from trimtab.targets.xds.server import XdsSecurity
 
 __all__ = ["OperatorConfig", "run_operator"]
 
@@ -44,7 +45,8 @@ class OperatorConfig:
     metrics_port: int | None = None
     xds_port: int | None = None
     bind_address: str = "0.0.0.0"
-    """Address the xDS server and /metrics listen on."""
+    """Address every listener binds: xDS, /metrics and the liveness endpoint."""
+    xds_security: XdsSecurity = field(default_factory=XdsSecurity)
     leader_election: bool = False
     """Use a Lease so only one replica writes status and events."""
     lease_namespace: str = "default"
@@ -89,7 +91,10 @@ async def run_operator(
     """Serve InferencePools until ``stop`` is set (or the task is cancelled)."""
     stop = stop or asyncio.Event()
     async with run_services(
-        xds_port=config.xds_port, metrics_port=config.metrics_port, host=config.bind_address
+        xds_port=config.xds_port,
+        metrics_port=config.metrics_port,
+        host=config.bind_address,
+        xds_security=config.xds_security,
     ) as svc:
         runtime_box: list[Runtime] = []
         api = KubeApi(connect=lambda: runtime_box[0].current_connection())
@@ -129,7 +134,7 @@ async def run_operator(
                 clusterwide=config.clusterwide,
                 namespaces=list(config.namespaces),
                 liveness_endpoint=(
-                    f"http://0.0.0.0:{config.liveness_port}/healthz"
+                    f"http://{_url_host(config.bind_address)}:{config.liveness_port}/healthz"
                     if config.liveness_port is not None
                     else None
                 ),
@@ -153,3 +158,7 @@ def _register_probe(*, registry: kopf.OperatorRegistry, services: Services) -> N
 async def _elect(*, runtime: Runtime, elector: LeaseElector) -> None:
     await runtime.connected.wait()
     await elector.run()
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

@@ -20,8 +20,9 @@ from trimtab.balancing.sources import Sources
 from trimtab.balancing.spamfilter import SpamFilter
 from trimtab.balancing.supervisor import supervise
 from trimtab.local.pools import load_pools
-from trimtab.local.statusfile import LocalSink, StatusFile
+from trimtab.local.statusfile import LocalSink, StatusFile, read_statuses
 from trimtab.targets.factory import BuiltinTargets
+from trimtab.targets.xds.server import XdsSecurity
 
 __all__ = ["run_local"]
 
@@ -36,17 +37,25 @@ async def run_local(
     metrics_port: int | None,
     stop: asyncio.Event,
     bind_address: str = "127.0.0.1",
+    xds_security: XdsSecurity | None = None,
     settings: LoopSettings | None = None,
     sources: SourceFactory | None = None,
     targets: TargetFactory | None = None,
 ) -> None:
     """Balance the pools of ``pools_file`` until ``stop``; raises SpecInvalid on a bad file."""
-    pools = load_pools(pools_file)
+    loaded = await asyncio.to_thread(load_pools, pools_file)
+    for problem in loaded.problems:
+        logger.error("Not serving: %s", problem)
+    pools = loaded.pools
     settings = settings or LoopSettings()
     async with run_services(
-        xds_port=xds_port, metrics_port=metrics_port, host=bind_address
+        xds_port=xds_port,
+        metrics_port=metrics_port,
+        host=bind_address,
+        xds_security=xds_security,
     ) as services:
-        file = StatusFile(path=status_file)
+        restored = await asyncio.to_thread(read_statuses, status_file)
+        file = StatusFile(path=status_file, restored=restored)
         spam = SpamFilter(clock=asyncio.get_running_loop().time)
         loops: list[PoolLoop] = []
         for pool in pools:
@@ -64,6 +73,7 @@ async def run_local(
                     settings=settings,
                     logger=logger,
                     on_step=functools.partial(services.gate.settle, pool.key),
+                    seed=restored.get(str(pool.key)),
                 )
             )
         supervised = [

@@ -8,31 +8,62 @@ state, so readers never see a half-written file and the loop never waits for the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from trimtab import tasks
+from trimtab.api.reasons import EventType
 from trimtab.api.records import PoolKey
 from trimtab.api.status import InferencePoolStatus
 from trimtab.balancing.reporting import Report
+from trimtab.files import write_atomically
 
-__all__ = ["LocalSink", "StatusFile"]
+__all__ = ["LocalSink", "StatusFile", "read_statuses"]
 
 logger = logging.getLogger(__name__)
+
+
+def read_statuses(path: Path | None) -> dict[str, InferencePoolStatus]:
+    """The statuses a previous run left in ``path``: where a restart finds its weights.
+
+    A missing, unreadable or foreign file means starting from equal weights, with a warning;
+    a pool whose entry no longer parses starts fresh alone.
+    """
+    if path is None or not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        logger.warning("Status file %s not restored (%s); starting fresh", path, type(exc).__name__)
+        return {}
+    if not isinstance(raw, dict):
+        logger.warning("Status file %s not restored: not a JSON object", path)
+        return {}
+    restored = {}
+    for key, value in raw.items():
+        try:
+            restored[str(key)] = InferencePoolStatus.model_validate(value)
+        except pydantic.ValidationError:
+            logger.warning("Status of %s in %s not restored: it does not parse", key, path)
+    return restored
 
 
 class StatusFile:
     """All pools' latest status, flushed to ``path`` (if any) whenever one changes."""
 
-    def __init__(self, *, path: Path | None) -> None:
+    def __init__(
+        self, *, path: Path | None, restored: dict[str, InferencePoolStatus] | None = None
+    ) -> None:
         self._path = path
-        self._statuses: dict[str, dict[str, Any]] = {}
+        self._statuses: dict[str, dict[str, Any]] = {
+            key: status.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for key, status in (restored or {}).items()
+        }
         self._wakeup = asyncio.Event()
         self._task = tasks.start(self._flush_forever(), name="status file writer")
 
@@ -46,7 +77,7 @@ class StatusFile:
     async def aclose(self) -> None:
         await tasks.stop(self._task)
         if self._path is not None:  # the final state, so the file matches the last log line
-            await asyncio.to_thread(_write_atomically, self._path, self.snapshot())
+            await asyncio.to_thread(_write, self._path, self.snapshot())
 
     async def _flush_forever(self) -> None:
         while True:
@@ -55,7 +86,7 @@ class StatusFile:
             if self._path is None:
                 continue
             try:
-                await asyncio.to_thread(_write_atomically, self._path, self.snapshot())
+                await asyncio.to_thread(_write, self._path, self.snapshot())
             except OSError as exc:
                 logger.warning("Cannot write the status file %s: %s", self._path, exc)
 
@@ -71,7 +102,7 @@ class LocalSink:
         self, *, report: Report, confirm: Callable[[InferencePoolStatus], None]
     ) -> Sequence[str]:
         for event in report.events:
-            level = logging.WARNING if event.type == "Warning" else logging.INFO
+            level = logging.WARNING if event.type is EventType.WARNING else logging.INFO
             logger.log(level, "[%s] %s: %s", self._pool, event.reason, event.message)
         if report.write:
             self._file.put(pool=self._pool, status=report.status)
@@ -86,14 +117,5 @@ class LocalSink:
         return None
 
 
-def _write_atomically(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(data, stream, indent=2, sort_keys=True)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+def _write(path: Path, data: dict[str, Any]) -> None:
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True))

@@ -17,7 +17,12 @@ import httpx
 
 from trimtab.api.records import Endpoint, PodName, PodSample, PoolKey
 from trimtab.errors import SourceUnavailable
-from trimtab.metrics.engines import EngineProfile, evaluate
+from trimtab.metrics.engines import (
+    EngineProfile,
+    evaluate,
+    hit_rate,
+    scrape_path,
+)
 from trimtab.metrics.exposition import Series, parse_exposition
 from trimtab.metrics.rates import CounterRates
 
@@ -43,6 +48,14 @@ class _Scrape:
     """Monotonic time the response arrived."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Failure:
+    message: str
+    """Names the pod and the kind of failure, never the error's text (it may echo a URL)."""
+    unreachable: bool
+    """Nothing answered (refused, reset, timed out), as opposed to a bad answer."""
+
+
 class DirectSource:
     """Scrapes ``http://<address>:<port><path>`` of each endpoint with one shared client."""
 
@@ -51,7 +64,7 @@ class DirectSource:
         *,
         pool: PoolKey,
         profile: EngineProfile,
-        path: str = "/metrics",
+        path: str | None = None,
         port: int | None = None,
         timeout_s: float = 1.0,
         max_concurrency: int = _MAX_CONCURRENCY,
@@ -59,12 +72,14 @@ class DirectSource:
         self._pool = pool
         self._profile = profile
         self._names = profile.sample_names()
-        self._path = path
+        self._path = scrape_path(profile=profile, configured=path)
         self._port = port
         self._timeout_s = timeout_s
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._rates = CounterRates()
         self._decode_rates = CounterRates()
+        self._prefix_query_rates = CounterRates()
+        self._prefix_hit_rates = CounterRates()
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(max_connections=max_concurrency),
@@ -75,14 +90,14 @@ class DirectSource:
         if not endpoints:
             return {}
         scrapes = await asyncio.gather(*(self._scrape(endpoint=e) for e in endpoints))
-        failures = [error for error in scrapes if isinstance(error, str)]
+        failures = [error for error in scrapes if isinstance(error, _Failure)]
         if len(failures) == len(endpoints):
             raise SourceUnavailable(
                 f"pool {self._pool}: no pod answered {self._path} "
-                f"({len(endpoints)} tried; e.g. {failures[0]})"
+                f"({len(endpoints)} tried; e.g. {failures[0].message})"
             )
-        self._rates.retain(pods=[e.name for e in endpoints])
-        self._decode_rates.retain(pods=[e.name for e in endpoints])
+        for rates in self._all_rates():
+            rates.retain(pods=[e.name for e in endpoints])
         now = time.monotonic()
         return {
             endpoint.name: self._sample(pod=endpoint.name, scrape=scrape, now=now)
@@ -92,11 +107,11 @@ class DirectSource:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def _sample(self, *, pod: PodName, scrape: _Scrape | str, now: float) -> PodSample:
-        if isinstance(scrape, str):
-            self._rates.update(pod=pod, total=None, at=now)
-            self._decode_rates.update(pod=pod, total=None, at=now)
-            return PodSample()
+    def _sample(self, *, pod: PodName, scrape: _Scrape | _Failure, now: float) -> PodSample:
+        if isinstance(scrape, _Failure):
+            for rates in self._all_rates():
+                rates.update(pod=pod, total=None, at=now)
+            return PodSample(unreachable=scrape.unreachable)
         profile, series = self._profile, scrape.series
         preemption_rate = None
         if profile.preemptions is not None:
@@ -111,7 +126,23 @@ class DirectSource:
             preemption_rate=preemption_rate,
             age_s=max(0.0, now - scrape.at),
             decode_tokens_per_s=self._decode_rate(pod=pod, scrape=scrape),
+            prefix_hit_rate=self._prefix_hit_rate(pod=pod, scrape=scrape),
         )
+
+    def _all_rates(self) -> tuple[CounterRates, ...]:
+        return (self._rates, self._decode_rates, self._prefix_query_rates, self._prefix_hit_rates)
+
+    def _prefix_hit_rate(self, *, pod: PodName, scrape: _Scrape) -> float | None:
+        queries, hits = self._profile.prefix_queries, self._profile.prefix_hits
+        if queries is None or hits is None:
+            return None
+        queried = self._prefix_query_rates.update(
+            pod=pod, total=evaluate(signal=queries, series=scrape.series), at=scrape.at
+        )
+        found = self._prefix_hit_rates.update(
+            pod=pod, total=evaluate(signal=hits, series=scrape.series), at=scrape.at
+        )
+        return hit_rate(queries_per_s=queried, hits_per_s=found)
 
     def _decode_rate(self, *, pod: PodName, scrape: _Scrape) -> float | None:
         signal = self._profile.decode_tokens
@@ -122,8 +153,8 @@ class DirectSource:
             return value
         return self._decode_rates.update(pod=pod, total=value, at=scrape.at)
 
-    async def _scrape(self, *, endpoint: Endpoint) -> _Scrape | str:
-        """The pod's parsed series, or a short description of why it could not be read."""
+    async def _scrape(self, *, endpoint: Endpoint) -> _Scrape | _Failure:
+        """The pod's parsed series, or why it could not be read."""
         url = _url(endpoint=endpoint, port=self._port, path=self._path)
         try:
             async with self._semaphore:
@@ -131,12 +162,18 @@ class DirectSource:
                 async with asyncio.timeout(self._timeout_s):
                     response = await self._client.get(url)
         except TimeoutError:
-            return f"{endpoint.name}: timed out after {self._timeout_s:g}s"
+            return _Failure(
+                message=f"{endpoint.name}: timed out after {self._timeout_s:g}s", unreachable=True
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout) as exc:
+            return _Failure(message=f"{endpoint.name}: {type(exc).__name__}", unreachable=True)
         except httpx.HTTPError as exc:
-            return f"{endpoint.name}: {type(exc).__name__}: {str(exc)[:200]}"
+            return _Failure(message=f"{endpoint.name}: {type(exc).__name__}", unreachable=False)
         at = time.monotonic()
         if response.status_code != httpx.codes.OK:
-            return f"{endpoint.name}: HTTP {response.status_code}"
+            return _Failure(
+                message=f"{endpoint.name}: HTTP {response.status_code}", unreachable=False
+            )
         series = await asyncio.to_thread(parse_exposition, text=response.text, names=self._names)
         return _Scrape(series=series, at=at)
 

@@ -22,11 +22,13 @@ from urllib3.util.retry import Retry
 
 from trimtab.api.records import Endpoint, PodName, PodSample, PoolKey
 from trimtab.errors import SourceUnavailable
-from trimtab.metrics.engines import EngineProfile, Selector, Signal, combine
+from trimtab.metrics.engines import EngineProfile, Selector, Signal, combine, hit_rate
 
 __all__ = ["PrometheusSource", "rate_window_for"]
 
 _CANDIDATE_LABEL = "trimtab_candidate"
+_DIVISOR = ":divisor"
+"""Suffix of the query key holding a signal's divisor gauge."""
 # rate() needs at least four scrapes in its window to be stable.
 _SCRAPES_PER_WINDOW = 4
 
@@ -80,21 +82,28 @@ class PrometheusSource:
 
     def queries(self) -> dict[str, str]:
         """The PromQL sent each cycle, by signal; the same for any number of pods."""
-        profile = self._profile
-        found: dict[str, str] = {
-            "running": self._gauge_query(profile.running),
-            "waiting": self._gauge_query(profile.waiting),
-            "timestamp": self._timestamp_query(profile.running),
-        }
-        if profile.kv_usage is not None:
-            found["kv_usage"] = self._gauge_query(profile.kv_usage)
-        if profile.preemptions is not None:
-            found["preemption_rate"] = self._rate_query(profile.preemptions)
-        decode = profile.decode_tokens
-        if decode is not None:
-            query = self._rate_query if decode.counter else self._gauge_query
-            found["decode_tokens_per_s"] = query(decode)
+        found: dict[str, str] = {"timestamp": self._timestamp_query(self._profile.running)}
+        for key, signal in self._signals().items():
+            query = self._rate_query if signal.counter else self._gauge_query
+            found[key] = query(signal)
+            if signal.divisor is not None:
+                found[key + _DIVISOR] = self._tagged(
+                    expression=self._selector(signal.divisor), index=0
+                )
         return found
+
+    def _signals(self) -> dict[str, Signal]:
+        profile = self._profile
+        found: dict[str, Signal | None] = {
+            "running": profile.running,
+            "waiting": profile.waiting,
+            "kv_usage": profile.kv_usage,
+            "preemption_rate": profile.preemptions,
+            "decode_tokens_per_s": profile.decode_tokens,
+            "prefix_queries": profile.prefix_queries,
+            "prefix_hits": profile.prefix_hits,
+        }
+        return {key: signal for key, signal in found.items() if signal is not None}
 
     async def read(self, *, endpoints: Sequence[Endpoint]) -> dict[PodName, PodSample]:
         if not endpoints:
@@ -110,19 +119,17 @@ class PrometheusSource:
                 raise answer
             by_signal[key] = answer
         pods = {endpoint.name for endpoint in endpoints}
-        signals: dict[str, Signal | None] = {
-            "running": self._profile.running,
-            "waiting": self._profile.waiting,
-            "kv_usage": self._profile.kv_usage,
-            "preemption_rate": self._profile.preemptions,
-            "decode_tokens_per_s": self._profile.decode_tokens,
-        }
         values = {
-            key: self._per_pod(signal=signal, results=by_signal[key], pods=pods)
-            for key, signal in signals.items()
-            if signal is not None
+            key: self._per_pod(
+                signal=signal,
+                results=by_signal[key],
+                divisors=by_signal.get(key + _DIVISOR, []),
+                pods=pods,
+            )
+            for key, signal in self._signals().items()
         }
         ages = self._ages(results=by_signal["timestamp"], pods=pods)
+        queried, hit = values.get("prefix_queries", {}), values.get("prefix_hits", {})
         return {
             endpoint.name: PodSample(
                 running=values["running"].get(endpoint.name),
@@ -131,6 +138,9 @@ class PrometheusSource:
                 preemption_rate=values.get("preemption_rate", {}).get(endpoint.name),
                 age_s=ages.get(endpoint.name),
                 decode_tokens_per_s=values.get("decode_tokens_per_s", {}).get(endpoint.name),
+                prefix_hit_rate=hit_rate(
+                    queries_per_s=queried.get(endpoint.name), hits_per_s=hit.get(endpoint.name)
+                ),
             )
             for endpoint in endpoints
         }
@@ -156,11 +166,22 @@ class PrometheusSource:
         return result
 
     def _per_pod(
-        self, *, signal: Signal, results: list[_PromResult], pods: set[PodName]
+        self,
+        *,
+        signal: Signal,
+        results: list[_PromResult],
+        divisors: list[_PromResult],
+        pods: set[PodName],
     ) -> dict[PodName, float | None]:
         found: dict[PodName, list[list[float]]] = defaultdict(
             lambda: [[] for _ in signal.selectors]
         )
+        budgets: dict[PodName, list[float]] = defaultdict(list)
+        for result in divisors:
+            pod = self._pod_of(result=result, pods=pods)
+            value = _float(result["value"], 1)
+            if pod is not None:
+                budgets[pod].append(float("nan") if value is None else value)
         for result in results:
             pod = self._pod_of(result=result, pods=pods)
             candidate = _int(result["metric"].get(_CANDIDATE_LABEL))
@@ -169,7 +190,10 @@ class PrometheusSource:
                 continue
             # An unreadable value is kept as NaN so that combine() refuses the whole signal.
             found[pod][candidate].append(float("nan") if value is None else value)
-        return {pod: combine(signal=signal, candidates=lists) for pod, lists in found.items()}
+        return {
+            pod: combine(signal=signal, candidates=lists, divisor=budgets.get(pod, []))
+            for pod, lists in found.items()
+        }
 
     def _ages(self, *, results: list[_PromResult], pods: set[PodName]) -> dict[PodName, float]:
         ages: dict[PodName, float] = {}

@@ -131,6 +131,17 @@ def _plan(
 ) -> _Plan:
     low, high = settings.min_weight, settings.weight_scale
     cap = _cap(reading=reading, settings=settings)
+    if reading.unreachable:
+        # Equal weight for a dead pod is what made it swallow traffic: Envoy's least-request
+        # prefers the emptiest host, and a dead one is always empty.
+        return _Plan(
+            pod=pod,
+            reading=reading,
+            state=PodState.UNREACHABLE,
+            target=low,
+            cap=cap,
+            reason="metrics port unreachable",
+        )
     if draining:
         drained_cap = max(1, math.floor(cap * settings.drain_cap_fraction))
         reason = f"preempting {reading.preemption_rate or 0.0:.1f}/s"
@@ -199,7 +210,7 @@ def _ramp(*, ready_for_s: float, settings: PolicySettings) -> float:
 def _settle(
     *, plan: _Plan, was: PodDecision | None, settings: PolicySettings, elapsed_s: float
 ) -> PodDecision:
-    if plan.state is PodState.DRAINING:
+    if plan.state in (PodState.DRAINING, PodState.UNREACHABLE):
         # Draining reacts at once: waiting a smoothing period means more preemptions.
         alpha, snap = 1.0, True
     elif plan.state is PodState.STALE:
@@ -247,6 +258,8 @@ def _load_reason(reading: Reading, speed: float = 1.0) -> str:
 
 
 def _stale_reason(reading: Reading) -> str:
+    if reading.problem is not None:
+        return reading.problem
     if reading.age_s is not None:
         return f"metrics stale {reading.age_s:.0f}s"
     if reading.running is None and reading.waiting is None and reading.kv_usage is None:

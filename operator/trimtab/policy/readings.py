@@ -35,7 +35,7 @@ class Reading:
     running: float | None
     waiting: float | None
     kv_usage: float | None
-    """Clamped to 0..1."""
+    """0..1; ``None`` when the engine reported a value outside that range (see ``problem``)."""
     preemption_rate: float | None
     age_s: float | None
     """``None`` when the source did not say; never negative."""
@@ -43,6 +43,10 @@ class Reading:
     """At least one load series is usable and the sample is not older than ``stale_after_s``."""
     per_sequence_rate: float | None = None
     """Decode tokens/s per running request; ``None`` when unknown or too few requests run."""
+    unreachable: bool = False
+    """The pod did not answer its metrics scrape at all."""
+    problem: str | None = None
+    """Why the sample is unusable although it arrived (e.g. KV usage given in percent)."""
 
 
 def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Reading:
@@ -54,8 +58,11 @@ def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Readin
     running = _clean(sample.running)
     waiting = _clean(sample.waiting)
     kv_usage = _clean(sample.kv_usage)
-    if kv_usage is not None:
-        kv_usage = min(kv_usage, 1.0)
+    problem = None
+    if kv_usage is not None and kv_usage > 1.0:
+        # A percent (85) read as a fraction would starve the pod: refuse it, loudly.
+        problem = f"invalid metrics: KV usage {kv_usage:g} outside 0..1"
+        kv_usage = None
     age_s, age_known_bad = _clean_age(sample.age_s)
     decode = _clean(sample.decode_tokens_per_s)
     per_sequence_rate = None
@@ -69,8 +76,10 @@ def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Readin
         kv_usage=kv_usage,
         preemption_rate=_clean(sample.preemption_rate),
         age_s=age_s,
-        fresh=has_load and not too_old,
+        fresh=has_load and not too_old and problem is None,
         per_sequence_rate=per_sequence_rate,
+        unreachable=sample.unreachable,
+        problem=problem,
     )
 
 

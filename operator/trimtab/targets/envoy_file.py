@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -22,15 +20,17 @@ from typing import Protocol
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2, json_format
 
+from trimtab.api.reasons import TargetReason
 from trimtab.api.records import Decision, Endpoint, PodName, PoolKey
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.errors import TargetSyncError, XdsSnapshotInvalid
+from trimtab.files import write_atomically
 from trimtab.targets.base import TargetState
 from trimtab.targets.xds.snapshots import Resource, build_pool_resources
 
 __all__ = ["ConfigMapWriter", "EdsConfigMapTarget", "EdsFileTarget", "render_eds_file"]
 
-_NOT_APPLIED = TargetState(False, "NotApplied", "no decision written yet")
+_NOT_APPLIED = TargetState(False, TargetReason.NOT_APPLIED, "no decision written yet")
 
 
 class ConfigMapWriter(Protocol):
@@ -73,13 +73,13 @@ class _EdsContentTarget(abc.ABC):
                 pool=pool, cluster=self._cluster, spec=spec, decision=decision, endpoints=endpoints
             )
         except XdsSnapshotInvalid as exc:
-            raise TargetSyncError(str(exc), reason="InvalidDecision") from exc
+            raise TargetSyncError(str(exc), reason=TargetReason.INVALID_DECISION) from exc
         digest = resources.load_assignment.digest
         if self._written.get(pool) == digest:
             return self.state(pool=pool)
         message = await self._publish(pool=pool, content=render_eds_file(resources.load_assignment))
         self._written[pool] = digest
-        self._states[pool] = TargetState(True, "Synced", message)
+        self._states[pool] = TargetState(True, TargetReason.SYNCED, message)
         return self._states[pool]
 
     @abc.abstractmethod
@@ -111,7 +111,7 @@ class EdsFileTarget(_EdsContentTarget):
             await asyncio.to_thread(write_atomically, self._path, content)
         except OSError as exc:
             raise TargetSyncError(
-                f"cannot write {self._path}: {exc}", reason="EdsWriteFailed"
+                f"cannot write {self._path}: {exc}", reason=TargetReason.EDS_WRITE_FAILED
             ) from exc
         return f"written to {self._path}"
 
@@ -136,18 +136,3 @@ class EdsConfigMapTarget(_EdsContentTarget):
             content=content,
         )
         return f"written to ConfigMap {self._config_map}; the kubelet syncs it within ~1 min"
-
-
-def write_atomically(path: Path, content: str) -> None:
-    """Write ``content`` to a temporary file beside ``path``, fsync it, rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from trimtab.api.reasons import TargetReason
 from trimtab.api.records import Decision, Endpoint, PodName, PoolKey
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.errors import TargetSyncError, XdsConflict, XdsSnapshotInvalid
@@ -46,9 +47,9 @@ class EnvoyXdsTarget:
             )
             self._cache.set_pool(resources)
         except XdsSnapshotInvalid as exc:
-            raise TargetSyncError(str(exc), reason="InvalidDecision") from exc
+            raise TargetSyncError(str(exc), reason=TargetReason.INVALID_DECISION) from exc
         except XdsConflict as exc:
-            raise TargetSyncError(str(exc), reason="ClusterConflict") from exc
+            raise TargetSyncError(str(exc), reason=TargetReason.CLUSTER_CONFLICT) from exc
         return self.state(pool=pool)
 
     def state(self, *, pool: PoolKey) -> TargetState:

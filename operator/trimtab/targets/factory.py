@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from trimtab.api.reasons import TargetReason
 from trimtab.api.records import Decision, Endpoint, PodName, PoolKey
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.errors import TargetSyncError
@@ -40,10 +41,10 @@ class UnavailableTarget:
         decision: Decision,
         endpoints: Mapping[PodName, Endpoint],
     ) -> TargetState:
-        raise TargetSyncError(self._message, reason="TargetUnavailable")
+        raise TargetSyncError(self._message, reason=TargetReason.TARGET_UNAVAILABLE)
 
     def state(self, *, pool: PoolKey) -> TargetState:
-        return TargetState(False, "TargetUnavailable", self._message)
+        return TargetState(False, TargetReason.TARGET_UNAVAILABLE, self._message)
 
     async def remove(self, *, pool: PoolKey) -> None:
         return None

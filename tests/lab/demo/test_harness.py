@@ -17,8 +17,8 @@ import pytest
 
 from trimtab_lab.demo.harness import DemoPlan, run_demo
 from trimtab_lab.demo.loadgen import RequestSpec
-from trimtab_lab.demo.processes import ComponentFailed, ProcessGroup
 from trimtab_lab.demo.stack import Mode, StackPlan, start_stack
+from trimtab_lab.processes import ComponentFailed, ProcessGroup
 
 SIM_KEYS = {
     "policy", "ttft_p50", "ttft_p90", "ttft_p95", "ttft_p99", "e2e_p50", "e2e_p99",

@@ -1,8 +1,9 @@
 """The emulator's ``/metrics`` in every engine's format, read by trimtab's own direct source.
 
 Covered: idle pages read as zero load; under a burst of long prompts running, waiting and KV
-usage rise; when the clients hang up the replica drains back to idle. TGI is read with a token
-budget equal to the profile's KV capacity, which makes its KV estimate comparable.
+usage rise; when the clients hang up the replica drains back to idle. TGI's KV estimate divides
+by the budget gauge the emulator exports (the profile's KV capacity), trtllm is read at
+``/prometheus/metrics``. The page carries no series a real engine lacks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from trimtab.metrics.direct import DirectSource
 from trimtab.metrics.engines import profile_for
 from trimtab_lab.emulator.exposition import SUPPORTED_ENGINES
 from trimtab_lab.emulator.fleet import DEFAULT_MODEL, emulate
-from trimtab_lab.replica import get_profile
 
 PROFILE = "llama3-8b-a10g"
 POD = PodName("emulated-0")
@@ -57,8 +57,7 @@ async def _load(url: str, *, requests: int) -> list[asyncio.Task[None]]:
 
 @pytest.mark.parametrize("engine", SUPPORTED_ENGINES, ids=[e.value for e in SUPPORTED_ENGINES])
 async def test_load_shows_in_metrics_and_drains(engine: Engine) -> None:
-    capacity = get_profile(PROFILE).kv_capacity_tokens
-    profile = profile_for(engine=engine, tgi_token_budget=capacity)
+    profile = profile_for(engine=engine)
     source = DirectSource(pool=PoolKey(namespace="t", name="t"), profile=profile, timeout_s=2.0)
     async with emulate(profile=PROFILE, engine=engine, time_scale=5.0) as fleet:
         endpoint = Endpoint(name=POD, address="127.0.0.1", port=fleet.ports[0])
@@ -87,3 +86,30 @@ async def test_load_shows_in_metrics_and_drains(engine: Engine) -> None:
             assert drained.kv_usage == 0.0
         finally:
             await source.aclose()
+
+
+async def test_pages_hold_only_real_series() -> None:
+    body = {"model": DEFAULT_MODEL, "prompt_tokens": 10, "max_tokens": 3}
+    async with emulate(profile=PROFILE, engine=Engine.TGI) as tgi, httpx.AsyncClient() as client:
+        done = await client.post(f"{tgi.urls[0]}/v1/completions", json=body)
+        done.raise_for_status()
+        page = (await client.get(f"{tgi.urls[0]}/metrics")).text
+    assert "tgi_request_generated_tokens_total" not in page
+    assert "# TYPE tgi_request_generated_tokens histogram" in page
+    assert "tgi_request_generated_tokens_sum 3.0" in page
+    assert "tgi_request_generated_tokens_count 1.0" in page
+    assert 'tgi_request_generated_tokens_bucket{le="+Inf"} 1.0' in page
+    assert "tgi_batch_max_total_tokens " in page
+
+
+async def test_trtllm_serves_prometheus_text_apart_from_its_json_stats() -> None:
+    async with (
+        emulate(profile=PROFILE, engine=Engine.TRTLLM) as fleet,
+        httpx.AsyncClient() as client,
+    ):
+        text = await client.get(f"{fleet.urls[0]}/prometheus/metrics")
+        stats = await client.get(f"{fleet.urls[0]}/metrics")
+    assert "trtllm_num_requests_running{" in text.text
+    assert "trtllm_generation_tokens_total{" in text.text
+    assert stats.headers["content-type"].startswith("application/json")
+    assert stats.json() == []

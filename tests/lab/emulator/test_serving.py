@@ -2,7 +2,8 @@
 
 Covered: completions and chat, streaming and not, token counts, that tokens never arrive
 before the model says they exist (time scale included), OpenAI error bodies (400/404/405),
-client disconnects freeing the replica, and a clean stop with streams open.
+vLLM's context-length wording, ``n`` other than 1 refused, response ids unique across
+replicas, client disconnects freeing the replica, and a clean stop with streams open.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ async def test_tokens_never_arrive_before_the_model_produces_them(time_scale: fl
         ("POST", "/v1/completions", {"model": MODEL, "prompt": "a", "stream": "yes"}, 400, "stream"),  # noqa: E501
         ("POST", "/v1/chat/completions", {"model": MODEL, "messages": []}, 400, "messages"),
         ("POST", "/v1/chat/completions", [1, 2], 400, None),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "a", "n": 2}, 400, "n"),
+        ("POST", "/v1/completions", {"model": MODEL, "prompt": "a", "n": True}, 400, "n"),
         ("GET", "/v1/completions", None, 405, None),
         ("POST", "/v1/embeddings", {"model": MODEL}, 404, None),
     ],
@@ -122,6 +125,40 @@ async def test_bad_requests_get_openai_errors(
     assert error["type"] == "invalid_request_error"
     assert error["param"] == param
     assert set(error) == {"message", "type", "param", "code"}
+
+
+async def test_too_long_request_reads_like_vllm() -> None:
+    async with emulate() as fleet, httpx.AsyncClient(timeout=10) as client:
+        limit = fleet.servers[0].config.profile.max_model_len
+        body = {"model": MODEL, "prompt_tokens": limit - 5, "max_tokens": 10}
+        response = await client.post(f"{fleet.urls[0]}/v1/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    # Clients (openai, LangChain, inference-perf) match on "maximum context length".
+    assert error["message"] == (
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{limit + 5} tokens ({limit - 5} in the messages, 10 in the completion). Please "
+        "reduce the length of the messages or completion."
+    )
+    assert error["code"] == "context_length_exceeded"
+
+
+async def test_response_ids_are_unique_across_replicas() -> None:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    ids: list[str] = []
+    async with emulate(replicas=2) as fleet, httpx.AsyncClient(timeout=10) as client:
+        for url in fleet.urls * 2:
+            whole = await client.post(
+                f"{url}/v1/chat/completions",
+                json={**body, "messages": [{"role": "user", "content": "hi"}]},
+            )
+            ids.append(whole.json()["id"])
+            events = await _sse(client, f"{url}/v1/completions", {**body, "stream": True})
+            streamed = {e["id"] for e in events if isinstance(e, dict)}
+            assert len(streamed) == 1
+            ids.extend(streamed)
+    assert len(set(ids)) == len(ids) == 8
+    assert all(i.startswith(("chatcmpl-", "cmpl-")) for i in ids)
 
 
 async def test_invalid_json_is_a_400() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from trimtab_lab.sim.errors import ScenarioError
 from trimtab_lab.sim.running import policy_settings
-from trimtab_lab.sim.scenario import PolicyName, load_scenario, parse_duration, parse_scenario
+from trimtab_lab.sim.scenario import PolicyName, load_scenario, parse_scenario
 
 BASE = {
     "name": "t",
@@ -21,16 +21,17 @@ BASE = {
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1800s", 1800.0), ("30m", 1800.0), ("500ms", 0.5), ("1h30m", 5400.0), (2.5, 2.5)],
+    [("1800s", 1800.0), ("30m", 1800.0), ("500ms", 0.5), ("1h30m", 5400.0), (2.5, 2.5), (60, 60.0)],
 )
 def test_durations(text, seconds):
-    assert parse_duration(text) == seconds
+    assert parse_scenario({**BASE, "duration": text}).duration == seconds
 
 
-@pytest.mark.parametrize("text", ["", "30", "5 minutes", "1x", "m5", True])
+@pytest.mark.parametrize("text", ["", "30", "5 minutes", "1x", "m5", True, "0s", -1])
 def test_bad_durations(text):
-    with pytest.raises(ValueError):
-        parse_duration(text)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario({**BASE, "duration": text})
+    assert all(problem.startswith("duration") for problem in caught.value.problems)
 
 
 def test_defaults():

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from trimtab.api.reasons import TargetReason
 from trimtab.api.records import PoolKey
-from trimtab.errors import XdsConflict
 from trimtab.targets.base import TargetState
 from trimtab.targets.xds.acks import AckLedger
 from trimtab.targets.xds.snapshots import TYPE_URLS, PoolResources, Snapshot, build_snapshot
@@ -27,12 +27,12 @@ Listener = Callable[[], None]
 class SnapshotCache:
     """One snapshot shared by every connected Envoy, plus the observed ACK state."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, acks: AckLedger | None = None) -> None:
         self._pools: dict[str, PoolResources] = {}
         self._snapshot = build_snapshot(())
         self._ready = False
         self._listeners: set[Listener] = set()
-        self.acks = AckLedger()
+        self.acks = acks or AckLedger()
 
     @property
     def ready(self) -> bool:
@@ -49,17 +49,20 @@ class SnapshotCache:
         return self._snapshot if self._ready else None
 
     def set_pool(self, resources: PoolResources) -> None:
-        """Serve ``resources``; raise :class:`XdsConflict` if another pool owns the cluster."""
+        """Serve ``resources``; another pool's cluster raises :class:`~trimtab.errors.XdsConflict`.
+
+        The served snapshot is left as it was then: :func:`build_snapshot`, the one place that
+        checks for conflicts, sees the other pool's claim beside this one before anything is set.
+        """
         owner = self._pools.get(resources.name)
-        if owner is not None and owner.pool != resources.pool:
-            raise XdsConflict(
-                f"cluster {resources.name} is already served for pool {owner.pool}; "
-                f"pool {resources.pool} cannot claim it"
-            )
         if owner == resources:
             return
+        replaced = owner if owner is not None and owner.pool == resources.pool else None
+        others = [pool for pool in self._pools.values() if pool is not replaced]
+        self._snapshot = build_snapshot([*others, resources])
         self._pools[resources.name] = resources
-        self._rebuild()
+        if self._ready:
+            self._notify()
 
     def remove(self, *, cluster: str, pool: PoolKey) -> None:
         """Stop serving ``cluster`` if ``pool`` owns it (Envoy then removes the cluster)."""
@@ -71,10 +74,13 @@ class SnapshotCache:
     def cluster_state(self, *, cluster: str, pool: PoolKey) -> TargetState:
         resources = self._pools.get(cluster)
         if resources is None or resources.pool != pool:
-            return TargetState(False, "NotApplied", f"no decision set for cluster {cluster}")
+            message = f"no decision set for cluster {cluster}"
+            return TargetState(False, TargetReason.NOT_APPLIED, message)
         if not self._ready:
             return TargetState(
-                False, "XdsNotReady", "held until every pool has a restored or fresh decision"
+                False,
+                TargetReason.XDS_NOT_READY,
+                "held until every pool has a restored or fresh decision",
             )
         digests = {type_url: resources.of_type(type_url).digest for type_url in TYPE_URLS}
         return self.acks.cluster_state(cluster, digests=digests)

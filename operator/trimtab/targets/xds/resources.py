@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
@@ -32,6 +32,9 @@ _HTTP_OPTIONS_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 # defaults (1024) would silently cap a large pool, so they are lifted well out of the way.
 _CLUSTER_WIDE_LIMIT = 1_000_000
 _MAX_WEIGHT_SUM = 2**32 - 1  # Envoy rejects a locality whose weights sum above uint32.
+# Never eject more than half the fleet: with everyone ejected Envoy would route to all of
+# them anyway (panic), and a fleet-wide fault is the weights' business, not ejection's.
+_MAX_EJECTION_PERCENT = 50
 
 
 def build_cluster(
@@ -43,7 +46,7 @@ def build_cluster(
     max_in_flight: int,
     eds_path: str | None = None,
 ) -> Any:
-    """An EDS cluster with weighted LEAST_REQUEST, per-host caps and a retry budget.
+    """An EDS cluster with weighted LEAST_REQUEST, per-host caps, a retry budget and ejection.
 
     Envoy has one per-host threshold per cluster, so ``max_in_flight`` applies to every host
     (callers pass the largest cap of the decision; smaller caps act through the weights).
@@ -65,6 +68,7 @@ def build_cluster(
         lb_policy=cluster_pb2.Cluster.LEAST_REQUEST,
         least_request_lb_config=least_request,
         circuit_breakers=_circuit_breakers(policy=policy, retry=retry, per_host=max_in_flight),
+        outlier_detection=_outlier_detection(),
         typed_extension_protocol_options={_HTTP_OPTIONS_KEY: _protocol_options(app_protocol)},
     )
 
@@ -165,6 +169,31 @@ def _circuit_breakers(*, policy: PolicySpec, retry: RetrySpec, per_host: int) ->
             )
         ],
         per_host_thresholds=[thresholds(max_connections=wrappers_pb2.UInt32Value(value=per_host))],
+    )
+
+
+def _outlier_detection() -> Any:
+    """Eject a dead or failing pod within a few requests, for seconds, growing on repeats.
+
+    Between a pod's death and the next decision, the weights still send it traffic; with
+    ``activeRequestBias`` its empty queue even attracts it. Connect failures and resets are
+    counted apart from upstream 5xx (``split_external_local_origin_errors``), so three refused
+    connections eject a dead pod while an answering pod needs five 5xx (or 502/503/504) in a
+    row. Success-rate ejection stays off: in a small fleet it would second-guess the weights.
+    """
+    return outlier_detection_pb2.OutlierDetection(
+        split_external_local_origin_errors=True,
+        consecutive_local_origin_failure=wrappers_pb2.UInt32Value(value=3),
+        enforcing_consecutive_local_origin_failure=wrappers_pb2.UInt32Value(value=100),
+        consecutive_5xx=wrappers_pb2.UInt32Value(value=5),
+        enforcing_consecutive_5xx=wrappers_pb2.UInt32Value(value=100),
+        consecutive_gateway_failure=wrappers_pb2.UInt32Value(value=5),
+        enforcing_consecutive_gateway_failure=wrappers_pb2.UInt32Value(value=100),
+        enforcing_success_rate=wrappers_pb2.UInt32Value(value=0),
+        interval=_duration(1.0),
+        base_ejection_time=_duration(5.0),
+        max_ejection_time=_duration(60.0),
+        max_ejection_percent=wrappers_pb2.UInt32Value(value=_MAX_EJECTION_PERCENT),
     )
 
 

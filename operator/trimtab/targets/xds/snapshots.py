@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import any_pb2
+
 from trimtab.api.records import Decision, Endpoint, PodName, PoolKey
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.errors import XdsConflict
@@ -48,6 +51,12 @@ class Resource:
     payload: bytes
     """Deterministic protobuf serialization, ready to wrap in a ``google.protobuf.Any``."""
     digest: str
+    response_field: bytes
+    """This resource as one entry of ``DiscoveryResponse.resources``, already encoded.
+
+    Protobuf messages concatenate, so a response is its header fields followed by these
+    bytes: every stream shares one encoding of the snapshot instead of building its own.
+    """
 
 
 @dataclass(frozen=True)
@@ -122,11 +131,15 @@ def build_snapshot(pools: Iterable[PoolResources]) -> Snapshot:
 
 def _resource(name: str, type_url: str, message: Any) -> Resource:
     payload: bytes = message.SerializeToString(deterministic=True)
+    wrapped = discovery_pb2.DiscoveryResponse(
+        resources=[any_pb2.Any(type_url=type_url, value=payload)]
+    )
     return Resource(
         name=name,
         type_url=type_url,
         payload=payload,
         digest=hashlib.blake2b(payload, digest_size=16).hexdigest(),
+        response_field=wrapped.SerializeToString(deterministic=True),
     )
 
 

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2
-from google.protobuf import any_pb2
 
-from trimtab.targets.xds.acks import AckLedger
+from trimtab.targets.xds.acks import NACK_TEXT_LIMIT, NODE_TEXT_LIMIT, AckLedger, clean_text
 from trimtab.targets.xds.snapshots import CLUSTER_TYPE, ENDPOINT_TYPE, TYPE_URLS, Snapshot
 
 __all__ = ["AdsStream"]
 
 logger = logging.getLogger("trimtab.xds")
 
-Writer = Callable[[Any], Awaitable[None]]
+Writer = Callable[[bytes], Awaitable[None]]
+"""Sends one serialized ``DiscoveryResponse``."""
 
 
 @dataclass
@@ -69,12 +69,17 @@ class AdsStream:
 
     async def on_request(self, request: Any) -> None:
         if self.stream_id is None:
-            self.node = request.node.id or "(unnamed node)"
+            # The id is the client's text: cleaned, it cannot forge a log line or a status.
+            self.node = clean_text(request.node.id, limit=NODE_TEXT_LIMIT) or "(unnamed node)"
             self.stream_id = self._ledger.open_stream(node=self.node)
             logger.info("Envoy %s connected", self.node)
         type_url: str = request.type_url
         if type_url not in TYPE_URLS:
-            logger.debug("node %s asked for unserved type %s", self.node, type_url)
+            logger.debug(
+                "node %s asked for unserved type %s",
+                self.node,
+                clean_text(type_url, limit=NODE_TEXT_LIMIT),
+            )
             return
         sub = self._subs.setdefault(type_url, _Subscription())
         nonce: str = request.response_nonce
@@ -113,7 +118,7 @@ class AdsStream:
             self.node,
             type_url.rsplit(".", 1)[-1],
             sub.sent_version,
-            message,
+            clean_text(message, limit=NACK_TEXT_LIMIT),
         )
 
     async def _respond(self, type_url: str, sub: _Subscription, *, force: bool) -> None:
@@ -137,12 +142,10 @@ class AdsStream:
                 return
         self._nonces += 1
         nonce = f"{self._nonce_prefix}-{self._nonces}"
-        response = discovery_pb2.DiscoveryResponse(
-            version_info=version,
-            type_url=type_url,
-            nonce=nonce,
-            resources=[any_pb2.Any(type_url=r.type_url, value=r.payload) for r in chosen],
+        header = discovery_pb2.DiscoveryResponse(
+            version_info=version, type_url=type_url, nonce=nonce
         )
+        response = b"".join([header.SerializeToString(), *(r.response_field for r in chosen)])
         sub.sent_version, sub.sent_nonce, sub.answered, sub.waiting = version, nonce, False, False
         self._ledger.sent(
             self.stream_id,

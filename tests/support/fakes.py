@@ -1,7 +1,8 @@
 """Fakes of trimtab's own interfaces (never of libraries): metrics sources and targets.
 
 :class:`FakeMetrics` is one switchboard per test: the samples each pod reports, and whether
-the whole source is down. :class:`RecordingTarget` keeps every decision it was given.
+the whole source is down. :class:`RecordingTarget` keeps every decision it was given. Shared
+by the operator tests (``tests/kube``) and the core's unit tests (``tests/balancing``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trimtab.api.reasons import TargetReason
 from trimtab.api.records import Decision, Endpoint, PodName, PodSample, PoolKey
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.errors import SourceUnavailable, TargetSyncError
@@ -66,14 +68,14 @@ class RecordingTarget:
         endpoints: Mapping[PodName, Endpoint],
     ) -> TargetState:
         if self.failing:
-            raise TargetSyncError("envoy unreachable")
+            raise TargetSyncError("envoy unreachable", reason=TargetReason.TARGET_SYNC_FAILED)
         self.applied.append((pool, decision))
-        return TargetState(True, "Synced")
+        return TargetState(True, TargetReason.SYNCED)
 
     def state(self, *, pool: PoolKey) -> TargetState:
-        return (
-            TargetState(False, "TargetSyncFailed") if self.failing else TargetState(True, "Synced")
-        )
+        if self.failing:
+            return TargetState(False, TargetReason.TARGET_SYNC_FAILED)
+        return TargetState(True, TargetReason.SYNCED)
 
     async def remove(self, *, pool: PoolKey) -> None:
         self.removed.append(pool)

@@ -1,8 +1,8 @@
-"""Child processes of the demo (emulators, Envoy, trimtab): start, wait ready, always stop.
+"""Child processes of the lab (emulators, Envoy, trimtab, Prometheus): start, wait, always stop.
 
 A :class:`ProcessGroup` owns every process it started. Leaving its ``async with`` block, for
 whatever reason (the end of a run, an error, Ctrl-C), terminates them all — SIGTERM, then
-SIGKILL after a grace period — so the demo never leaves a process behind. A component that
+SIGKILL after a grace period — so no process is left behind. A component that
 does not become ready raises :class:`ComponentFailed` naming it and quoting its log's tail.
 """
 
@@ -27,7 +27,7 @@ _LOG_TAIL_CHARS = 2000
 
 
 class ComponentFailed(TrimtabError):
-    """A demo component could not start; the message says which and why."""
+    """A component could not start; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,14 @@ class RunningProcess:
         except OSError:
             return ""
         return text[-_LOG_TAIL_CHARS:]
+
+    def check_alive(self) -> None:
+        """Raise :class:`ComponentFailed`, quoting the log, if the process has exited."""
+        if self.process.returncode is not None:
+            raise ComponentFailed(
+                f"{self.name} exited with code {self.process.returncode} "
+                f"before it was ready; its log ends with:\n{self.log_tail()}"
+            )
 
 
 class ProcessGroup:
@@ -101,11 +109,7 @@ class ProcessGroup:
         last_error = "no answer"
         async with httpx.AsyncClient(timeout=1.0) as client:
             while loop.time() < deadline:
-                if running.process.returncode is not None:
-                    raise ComponentFailed(
-                        f"{running.name} exited with code {running.process.returncode} "
-                        f"before it was ready; its log ends with:\n{running.log_tail()}"
-                    )
+                running.check_alive()
                 try:
                     response = await client.get(url)
                     if response.status_code == expect:

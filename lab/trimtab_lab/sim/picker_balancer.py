@@ -1,0 +1,117 @@
+"""``trimtab_picker`` in the simulator: the real admission code behind trimtab's policy loop.
+
+The operator's pipeline is the one ``trimtab`` runs (:class:`PolicyLoop`: scrapes every
+``scrape_interval_s``, decisions every ``decide_interval_s``, each landing ``delay_s`` later).
+Each decision reaches :class:`trimtab.admission.Admission` as one :class:`PodCapacity` per
+replica: the policy's cap, ``accepting`` off while the policy drains the pod, the KV usage of
+the scrape the decision was made from (stamped with the scrape's time, so admission sees its
+age) and the KV size from the replica's profile (what ``vllm:cache_config_info`` publishes).
+Admission counts in-flight requests itself, exactly: a slot is taken at the grant and released
+when the request ends, with its output length, which a picker learns only then (from the
+response's usage). Speeds stay at 1: no metric tells a real picker a replica's speed.
+
+Refusals (429 for a full queue, a queue timeout or a request too large for any pod; 503 when no
+pod is ready) are counted as ``rejected``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from trimtab.admission import (
+    Admission,
+    AdmissionSettings,
+    Ask,
+    Grant,
+    PodCapacity,
+    Queued,
+    Refusal,
+    RequestId,
+)
+from trimtab.api.records import Decision, PodState
+from trimtab.policy import PolicySettings
+from trimtab_lab.sim.engine import Fleet
+from trimtab_lab.sim.trimtab_balancer import Observation, PolicyLoop, Scrape
+
+__all__ = ["PickerBalancer"]
+
+
+class PickerBalancer:
+    """One shared queue with exact per-pod caps, fed by the policy on delayed metrics."""
+
+    def __init__(
+        self,
+        *,
+        hosts: int,
+        settings: PolicySettings,
+        admission: AdmissionSettings,
+        observation: Observation,
+    ) -> None:
+        self.admission = Admission(settings=admission)
+        self._loop = PolicyLoop(
+            hosts=hosts, settings=settings, observation=observation, apply=self._apply
+        )
+        self._names = self._loop.names
+        self._host = {name: host for host, name in enumerate(self._names)}
+        self._fleet: Fleet | None = None
+        self._expiry_s = math.inf
+
+    def start(self, *, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self._loop.start(fleet=fleet)
+
+    def on_arrival(self, *, request: int, now: float) -> None:
+        fleet = self._ready()
+        ask = Ask(id=RequestId(str(request)), prompt_tokens=fleet.prompt_tokens[request])
+        self._handle([self.admission.ask(ask=ask, now=now)], now)
+
+    def on_finish(self, *, request: int, host: int, now: float) -> None:
+        output = self._ready().output_tokens[request]
+        grants = self.admission.release(id=RequestId(str(request)), now=now, output_tokens=output)
+        self._handle(grants, now)
+
+    def _apply(self, decision: Decision, scrape: Scrape, now: float) -> None:
+        fleet = self._ready()
+        by_name = decision.by_name()
+        pods = []
+        for host, name in enumerate(self._names):
+            pod = by_name[name]
+            state = scrape.states[host]
+            pods.append(
+                PodCapacity(
+                    name=name,
+                    address=name,
+                    cap=pod.max_in_flight,
+                    accepting=pod.state is not PodState.DRAINING,
+                    kv_usage=state.kv_usage,
+                    kv_observed_at=scrape.taken_s,
+                    kv_capacity_tokens=fleet.replicas[host].profile.kv_capacity_tokens,
+                )
+            )
+        self._handle(self.admission.set_pods(pods=pods, now=now), now)
+
+    def _expire(self, now: float) -> None:
+        self._expiry_s = math.inf
+        refused: list[Grant | Refusal] = list(self.admission.expire(now=now))
+        # A shed head may unblock the queue behind it.
+        refused += self.admission.dispatch(now=now)
+        self._handle(refused, now)
+
+    def _handle(self, outcomes: Sequence[Grant | Queued | Refusal], now: float) -> None:
+        fleet = self._ready()
+        for outcome in outcomes:
+            if isinstance(outcome, Grant):
+                fleet.send(request=int(outcome.id), host=self._host[outcome.pod], now=now)
+            elif isinstance(outcome, Refusal):
+                fleet.reject(request=int(outcome.id), now=now)
+        deadline = self.admission.next_deadline()
+        # One pending timer, at the earliest deadline; a later one is armed when it fires.
+        if deadline is not None and deadline < self._expiry_s:
+            self._expiry_s = deadline
+            fleet.at(time_s=max(deadline, now), action=self._expire)
+
+    def _ready(self) -> Fleet:
+        if self._fleet is None:
+            raise RuntimeError("balancer used before start()")
+        return self._fleet

@@ -1,0 +1,144 @@
+"""The ext_proc ``ExternalProcessor`` service: one stream per HTTP request, one slot per grant.
+
+Envoy opens a stream per request and sends its request headers; the picker answers with the
+chosen endpoint (and fallbacks), or an immediate 503/429, possibly after waiting in the pool's
+shared queue. The slot is held until the stream ends. With ``response_trailer_mode: SEND`` and
+bodies ``NONE`` (the bootstrap's processing mode) Envoy keeps the stream open for the whole
+response and half-closes it when the response ends; a client abort or an upstream reset ends
+it too (half-close or cancel). Every one of those ends runs the handler's ``finally``, which
+releases the slot: exactly once, because the admission's release is idempotent and the handler
+calls it in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
+
+from trimtab.admission import Ask, Grant, RequestId
+from trimtab.picker import protocol, telemetry
+from trimtab.picker.pools import PickerPool, PickerPools
+
+__all__ = ["ExternalProcessor"]
+
+logger = logging.getLogger("trimtab.picker")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Held:
+    pool: PickerPool
+    grant: Grant
+
+
+class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    """Answers Envoy's ext_proc streams from :class:`PickerPools`."""
+
+    def __init__(self, *, pools: PickerPools, metrics: telemetry.PickerMetrics) -> None:
+        self._pools = pools
+        self._metrics = metrics
+        self._ids = itertools.count(1)
+
+    async def Process(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        pool_name = _metadata_pool(context)
+        held: _Held | None = None
+        end = telemetry.StreamEnd.ERROR
+        try:
+            async for request in request_iterator:
+                kind = request.WhichOneof("request")
+                if kind == "request_headers" and held is None:
+                    response, held = await self._pick(request=request, pool_name=pool_name)
+                elif kind == "response_headers":
+                    if held is not None:
+                        self._check_served(request=request, held=held)
+                    response = protocol.continue_response(kind=kind, remove=[protocol.SERVED_KEY])
+                else:
+                    response = protocol.continue_response(kind=kind)
+                await context.write(response)
+            end = telemetry.StreamEnd.HALF_CLOSE
+        except asyncio.CancelledError:
+            end = telemetry.StreamEnd.CANCELLED
+            raise
+        finally:
+            if held is not None:
+                held.pool.release(id=held.grant.id)
+                self._metrics.stream_ends.labels(held.pool.name, end.value).inc()
+
+    async def _pick(self, *, request: Any, pool_name: str | None) -> tuple[Any, _Held | None]:
+        head = protocol.parse_request_head(request.request_headers)
+        name = pool_name or head.pool
+        pool = self._pools.get(name)
+        if pool is None:
+            self._metrics.passthrough.labels(
+                name or "", telemetry.PassthroughReason.UNKNOWN_POOL.value
+            ).inc()
+            return protocol.continue_request(), None
+        ask = self._ask(request=request, head=head, pool=pool)
+        loop_time = _loop_time()
+        outcome, waited = await pool.acquire(ask=ask)
+        if isinstance(outcome, Grant):
+            self._metrics.grants.labels(pool.name).inc()
+            if waited:
+                self._metrics.queue_wait.labels(pool.name, "granted").observe(
+                    _loop_time() - loop_time
+                )
+            response = protocol.destination(address=outcome.address, fallbacks=outcome.fallbacks)
+            return response, _Held(pool=pool, grant=outcome)
+        reason = outcome.reason.name.lower()
+        self._metrics.refusals.labels(pool.name, reason, str(outcome.status)).inc()
+        if waited:
+            self._metrics.queue_wait.labels(pool.name, reason).observe(_loop_time() - loop_time)
+        response = protocol.immediate(
+            status=outcome.status, reason=reason, retry_after_s=outcome.retry_after_s
+        )
+        return response, None
+
+    def _ask(self, *, request: Any, head: protocol.RequestHead, pool: PickerPool) -> Ask:
+        settings = pool.settings
+        if head.prompt_tokens is not None:
+            tokens = head.prompt_tokens
+        elif head.content_length is not None:
+            tokens = math.ceil(head.content_length / settings.bytes_per_token)
+        else:
+            tokens = 0
+        hint = protocol.subset_hint(request.metadata_context)
+        subset = None if hint is None else protocol.expand_subset(hint, pool.addresses)
+        return Ask(
+            id=RequestId(str(next(self._ids))),
+            prompt_tokens=tokens,
+            priority=head.priority,
+            subset=subset,
+        )
+
+    def _check_served(self, *, request: Any, held: _Held) -> None:
+        served = protocol.served_endpoint(request.metadata_context, request.response_headers)
+        if served in held.pool.addresses and served != held.grant.address:
+            # The slot stays on the first pick until the admission can move it (see the report).
+            self._metrics.served_elsewhere.labels(held.pool.name).inc()
+            logger.debug(
+                "Pool %s: request %s picked %s, served by %s",
+                held.pool.name,
+                held.grant.id,
+                held.grant.address,
+                served,
+            )
+
+
+def _metadata_pool(context: Any) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == protocol.POOL_HEADER:
+            return str(value) or None
+    return None
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
