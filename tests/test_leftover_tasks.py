@@ -6,9 +6,9 @@ shown to fail on a leak and to pass when the test stops what it starts.
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from conftest import REPO
+import pytest
 
 pytest_plugins = ["pytester"]
 
@@ -28,8 +28,8 @@ def test_sync_tests_are_left_alone():
 """
 
 
-def test_a_task_left_running_fails_the_test(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest((REPO / "tests" / "conftest.py").read_text())
+def test_a_task_left_running_fails_the_test(pytester: pytest.Pytester, repo: Path) -> None:
+    pytester.makeconftest((repo / "tests" / "conftest.py").read_text())
     pytester.makeini(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
     )

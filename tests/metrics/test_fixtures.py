@@ -221,3 +221,18 @@ async def test_priority_totals_and_tgi_budget_through_prometheus(
             await source.aclose()
     assert found[Engine.SGLANG] == pytest.approx((12.0, 4.0, 0.71))
     assert found[Engine.TGI] == pytest.approx((16.0, 5.0, 0.5))
+
+
+@pytest.mark.parametrize(
+    ("name", "engine", "tokens"),
+    [("vllm-0.12.0", Engine.VLLM, 25_000 * 16), ("tgi-3.3", Engine.TGI, 96_000)],
+)
+def test_kv_capacity_in_tokens_comes_from_the_engine(
+    name: str, engine: Engine, tokens: int | None
+) -> None:
+    profile = profile_for(engine=engine)
+    assert profile.kv_capacity is not None
+    found = profile.kv_capacity.tokens(
+        series=parse_exposition(text=fixture(name), names=profile.sample_names())
+    )
+    assert found == tokens

@@ -56,6 +56,7 @@ class SseUpstream:
         self.destinations: list[str] = []
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def address(self) -> str:
@@ -69,11 +70,18 @@ class SseUpstream:
             self._server.close()
             for writer in list(self._writers):
                 writer.transport.abort()
+            # A handler may be between chunks of a stream nobody reads any more.
+            for handler in list(self._handlers):
+                handler.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         try:
             while True:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
@@ -90,6 +98,7 @@ class SseUpstream:
             pass
         finally:
             self._writers.discard(writer)
+            self._handlers.discard(handler)
             writer.close()
 
     async def _serve(self, writer: asyncio.StreamWriter, headers: dict[str, str]) -> bool:

@@ -19,8 +19,9 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from trimtab import tasks
 from trimtab_lab.demo.harness import DemoPlan, ModeRun, run_demo
-from trimtab_lab.demo.live import LiveState, render
+from trimtab_lab.demo.live import LiveState, progress_line, render
 from trimtab_lab.demo.plotting import ModeTrace, plot_demo
 from trimtab_lab.demo.stack import StackPlan
 from trimtab_lab.demo.workload import (
@@ -63,6 +64,8 @@ _POLICY: dict[str, Any] = {"slowStart": "0s", "speedWeight": 4}
 # Harness stalls beyond these (wall s) mean a mode's latencies include the machine's hiccups.
 _LOOP_LAG_WARN_S = 0.2
 _SCRAPE_WARN_S = 0.5
+# Without live bars (a file, a pipe, CI) a progress line this often, so the run is seen to move.
+_PROGRESS_EVERY_S = 10.0
 _COLUMNS = (
     ("ttft_p50", "TTFT p50"),
     ("ttft_p95", "TTFT p95"),
@@ -199,7 +202,7 @@ def run_and_report(
     else:
         # No live bars into a file or pipe: rich would redraw into the log for nothing.
         console.print(f"running {', '.join(m.value for m in plan.modes)} ...")
-        runs = asyncio.run(_main(plan=plan, live=live))
+        runs = asyncio.run(_main(plan=plan, live=live, progress=console))
     for note in {n for run in runs for n in run.notes}:
         console.print(f"note: {note}")
     payload = {
@@ -218,16 +221,35 @@ def run_and_report(
     return payload
 
 
-async def _main(*, plan: DemoPlan, live: LiveState) -> list[ModeRun]:
+async def _main(
+    *, plan: DemoPlan, live: LiveState, progress: Console | None = None
+) -> list[ModeRun]:
     # SIGTERM like Ctrl-C: cancel the run so every process group stops its children.
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if task is not None:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    printer = None
+    if progress is not None:
+        printer = tasks.start(_print_progress(live=live, console=progress), name="demo progress")
     try:
         return await run_demo(plan=plan, live=live)
     finally:
+        await tasks.stop(printer)
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+async def _print_progress(*, live: LiveState, console: Console) -> None:
+    """A line whenever a mode or its phase changes, and every ``_PROGRESS_EVERY_S`` between."""
+    loop = asyncio.get_running_loop()
+    shown: tuple[int, str] | None = None
+    last = 0.0
+    while True:
+        now = loop.time()
+        if (live.mode_index, live.phase) != shown or now - last >= _PROGRESS_EVERY_S:
+            shown, last = (live.mode_index, live.phase), now
+            console.print(progress_line(live), markup=False, highlight=False)
+        await asyncio.sleep(1.0)
 
 
 def _scenario_json(scenario: Scenario, *, workload_len: int, plan: DemoPlan) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from trimtab_lab.demo.watching import FleetWatcher
 
-__all__ = ["LiveState", "render"]
+__all__ = ["LiveState", "progress_line", "render"]
 
 _BAR = 24
 
@@ -41,14 +41,18 @@ def _bar(fraction: float, *, style: str) -> Text:
     return Text("█" * filled, style=style) + Text("░" * (_BAR - filled), style="dim")
 
 
-def render(state: LiveState) -> RenderableType:
-    """The current view: a header line and one row per replica."""
+def progress_line(state: LiveState) -> str:
+    """One line of progress, for output that is not a terminal (no live bars there)."""
     elapsed = time.monotonic() - state.started
-    header = Text(
-        f"mode {state.mode_index}/{state.modes}: {state.mode or '-'}  ({state.phase})   "
-        f"done {state.done}/{state.sent_total}  failed {state.failed}  {elapsed:5.0f}s",
-        style="bold",
+    return (
+        f"{elapsed:5.0f}s  mode {state.mode_index}/{state.modes}: {state.mode or '-'} "
+        f"({state.phase})  done {state.done}/{state.sent_total}  failed {state.failed}"
     )
+
+
+def render(state: LiveState) -> RenderableType:
+    """The current view: a header line, one row per replica and the bars' scale."""
+    header = Text(progress_line(state), style="bold")
     table = Table(box=None, pad_edge=False)
     for column in ("replica", "speed", "running", "", "waiting", "", "KV", ""):
         table.add_column(column)
@@ -67,4 +71,11 @@ def render(state: LiveState) -> RenderableType:
             _bar(load.kv, style="red" if load.kv > 0.9 else "cyan"),
             f"{load.kv:4.0%}",
         )
-    return Group(header, table)
+    # Running and waiting bars are relative to the busiest replica of the moment, so the
+    # scale moves; KV is absolute.
+    scale = Text(
+        f"full bar: running {peak_running:g} requests, waiting {peak_waiting:g} requests "
+        "(the busiest replica now); KV 100 % of the replica's KV cache",
+        style="dim",
+    )
+    return Group(header, table, scale)

@@ -6,6 +6,7 @@ rules, :mod:`trimtab.admission.pods` the KV-token estimate.
 """
 
 from trimtab.admission.core import Admission
+from trimtab.admission.feeding import pod_capacities, settings_from_spec
 from trimtab.admission.records import (
     AdmissionStats,
     Ask,
@@ -31,4 +32,6 @@ __all__ = [
     "Refusal",
     "RefusalReason",
     "RequestId",
+    "pod_capacities",
+    "settings_from_spec",
 ]

@@ -53,6 +53,12 @@ class Endpoint:
     port: int
     """Serving port (1..65535)."""
 
+    @property
+    def host_port(self) -> str:
+        """``ip:port`` as a gateway dials it (``[v6]:port`` for IPv6), the EPP's address form."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
+
 
 @dataclass(frozen=True)
 class PodSample:
@@ -75,6 +81,9 @@ class PodSample:
     """Share of prompt tokens served from the prefix cache over the last window, 0..1 (hits
     over queries, e.g. ``vllm:prefix_cache_hits_total``); ``None`` when the engine exports no
     such counters or no prompt arrived in the window."""
+    kv_capacity_tokens: int | None = None
+    """The KV cache's size in tokens (vLLM ``cache_config_info`` blocks × block size, TGI's
+    ``tgi_batch_max_total_tokens``); ``None`` when the engine does not say."""
     unreachable: bool = False
     """The pod itself did not answer (connection refused, reset or timed out), as opposed to
     answering with a bad page: a dead replica must not keep its weight."""

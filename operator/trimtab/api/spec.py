@@ -36,6 +36,7 @@ __all__ = [
     "EnvoyFileTarget",
     "EnvoyTarget",
     "GatewayAPITarget",
+    "HTTPRouteRef",
     "InferencePoolSpec",
     "LabelSelector",
     "LabelSelectorRequirement",
@@ -520,6 +521,13 @@ class AdmissionSpec(_Model):
     priority_classes: int = Field(
         default=1, ge=1, le=16, description="Priority classes (header x-trimtab-priority)."
     )
+    kv_capacity_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="KV-cache size of each pod in tokens, for engines that do not report it "
+        "(vLLM and TGI do); unset and unreported: admission by count and cap alone.",
+    )
     retry_after: Annotated[Duration, DurationRange(at_least="10ms", at_most="10m")] = Field(
         default=DurationValue("1s"), description="Retry-After sent with a 429."
     )
@@ -597,16 +605,67 @@ class EnvoyFileTarget(_Model):
         return self
 
 
-class GatewayAPITarget(_Model):
-    """Per-pod backends of a Gateway API HTTPRoute."""
+class HTTPRouteRef(_Model):
+    """An HTTPRoute (gateway.networking.k8s.io/v1) by name."""
 
-    http_route: str = Field(
+    name: str = Field(
+        min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN, description="HTTPRoute name."
+    )
+    namespace: Name | None = Field(
+        default=None,
+        description="Namespace of the HTTPRoute; default: the pool's. A route in another "
+        "namespace needs a ReferenceGrant in the pool's namespace (from HTTPRoute to Service).",
+    )
+
+
+class GatewayAPITarget(_Model):
+    """One rule of a Gateway API HTTPRoute, whose backendRefs trimtab writes as weight tiers.
+
+    The pool's pods are grouped into at most ``tiers`` tiers of similar weight (one per pod
+    while the pool has no more pods than tiers); each tier is a selector-less Service plus an
+    EndpointSlice owned by the pool, and the rule's backendRefs weigh them. Only that rule's
+    backendRefs are written; the rest of the route is left as it is.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.ruleName) && has(self.ruleIndex))",
+                    "message": "give ruleName or ruleIndex, not both",
+                }
+            ]
+        }
+    )
+
+    http_route: HTTPRouteRef = Field(alias="httpRoute", description="The HTTPRoute to write.")
+    rule_name: str | None = Field(
+        default=None,
         min_length=1,
         max_length=253,
         pattern=_DNS_SUBDOMAIN,
-        alias="httpRoute",
-        description="HTTPRoute in the pool's namespace.",
+        description="The rule, by its name (spec.rules[].name). Exclusive with ruleIndex.",
     )
+    rule_index: int | None = Field(
+        default=None,
+        ge=0,
+        le=15,
+        description="The rule, by its position in spec.rules (0..15). Default: 0 when neither "
+        "ruleName nor ruleIndex is given.",
+    )
+    tiers: int = Field(
+        default=16,
+        ge=1,
+        le=16,
+        description="Most backends (weight tiers) trimtab keeps in the rule, 1..16 (an HTTPRoute "
+        "rule takes at most 16 backendRefs).",
+    )
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> Self:
+        if self.rule_name is not None and self.rule_index is not None:
+            raise ValueError("give ruleName or ruleIndex, not both")
+        return self
 
 
 class Target(_Model):

@@ -181,7 +181,9 @@ def _transition_events(
     if recovered is not None and str(ConditionType.METRICS_AVAILABLE) in before:
         events.append(_normal(EventReason.METRICS_RECOVERED, "read again"))
     failed = flipped_to(ConditionType.TARGETS_SYNCED, ConditionStatus.FALSE)
-    if failed is not None:
+    # The xDS ready gate holds every pool for a few seconds on a healthy start (at most its
+    # deadline): expected, so the condition says so but no Warning is posted.
+    if failed is not None and failed.reason != TargetReason.XDS_NOT_READY:
         events.append(_warning(EventReason.TARGET_SYNC_FAILED, failed.message))
     return events
 

@@ -44,7 +44,7 @@ async def run_services(
     host: str = "0.0.0.0",
     xds_security: XdsSecurity | None = None,
 ) -> AsyncIterator[Services]:
-    cache = SnapshotCache()
+    cache = SnapshotCache(served=xds_port is not None)
     gate = XdsGate(cache=cache)
     async with contextlib.AsyncExitStack() as stack:
         xds: XdsServer | None = None

@@ -127,6 +127,9 @@ class DirectSource:
             age_s=max(0.0, now - scrape.at),
             decode_tokens_per_s=self._decode_rate(pod=pod, scrape=scrape),
             prefix_hit_rate=self._prefix_hit_rate(pod=pod, scrape=scrape),
+            kv_capacity_tokens=None
+            if profile.kv_capacity is None
+            else profile.kv_capacity.tokens(series=series),
         )
 
     def _all_rates(self) -> tuple[CounterRates, ...]:

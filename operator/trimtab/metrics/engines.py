@@ -23,6 +23,7 @@ from trimtab.metrics.exposition import Series
 __all__ = [
     "DEFAULT_METRICS_PATH",
     "Aggregation",
+    "Capacity",
     "EngineProfile",
     "Selector",
     "Signal",
@@ -74,6 +75,33 @@ class Signal:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """Where an engine states its KV-cache size in tokens: a gauge's value, or the product of
+    labels of an info series (vLLM's ``cache_config_info{num_gpu_blocks, block_size}``)."""
+
+    name: str
+    label_factors: tuple[str, ...] = ()
+    """Labels whose numeric values multiply to the size; empty: the series' value is it."""
+
+    def tokens(self, *, series: Sequence[Series]) -> int | None:
+        """The smallest size among the pod's matching series (several engines, one pod)."""
+        sizes = []
+        for found in series:
+            if found.name != self.name:
+                continue
+            size = found.value if not self.label_factors else 1.0
+            for label in self.label_factors:
+                try:
+                    size *= float(found.labels.get(label, "nan"))
+                except ValueError:
+                    return None
+            if not math.isfinite(size) or size < 1:
+                return None
+            sizes.append(size)
+        return int(min(sizes)) if sizes else None
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineProfile:
     """The series one engine exports; ``None`` where the engine has no such signal."""
 
@@ -89,6 +117,8 @@ class EngineProfile:
     """Counter of prompt tokens looked up in the prefix cache (with :attr:`prefix_hits`)."""
     prefix_hits: Signal | None = None
     """Counter of those prompt tokens found cached; hits over queries is the hit rate."""
+    kv_capacity: Capacity | None = None
+    """The KV cache's size in tokens, for the picker's KV budget."""
     metrics_path: str = DEFAULT_METRICS_PATH
     """Where the engine serves Prometheus text when the spec keeps the default path."""
 
@@ -107,6 +137,8 @@ class EngineProfile:
     def sample_names(self) -> frozenset[str]:
         names = {sel.name for signal in self.signals() for sel in signal.selectors}
         names.update(s.divisor.name for s in self.signals() if s.divisor is not None)
+        if self.kv_capacity is not None:
+            names.add(self.kv_capacity.name)
         return frozenset(names)
 
 
@@ -165,6 +197,9 @@ _PROFILES: dict[Engine, EngineProfile] = {
             "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"
         ),
         prefix_hits=_counter("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        kv_capacity=Capacity(
+            name="vllm:cache_config_info", label_factors=("num_gpu_blocks", "block_size")
+        ),
     ),
     Engine.SGLANG: EngineProfile(
         engine=Engine.SGLANG,
@@ -195,6 +230,7 @@ _PROFILES: dict[Engine, EngineProfile] = {
         # A histogram of tokens per finished request (no _total series): its _sum counts
         # tokens at completion.
         decode_tokens=_counter("tgi_request_generated_tokens_sum"),
+        kv_capacity=Capacity(name="tgi_batch_max_total_tokens"),
     ),
     Engine.TRTLLM: EngineProfile(
         engine=Engine.TRTLLM,

@@ -106,6 +106,10 @@ class PickerPool:
             self._admission.release(id=id, now=self._clock(), output_tokens=output_tokens)
         )
 
+    def moved(self, *, id: RequestId, address: str) -> None:
+        """Envoy served the request elsewhere (a fallback): its slot follows it there."""
+        self._deliver(self._admission.moved(id=id, address=address, now=self._clock()))
+
     def update(
         self, *, pods: Sequence[PodCapacity], settings: AdmissionSettings, now: float
     ) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +106,7 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
         if head.prompt_tokens is not None:
             tokens = head.prompt_tokens
         elif head.content_length is not None:
-            tokens = math.ceil(head.content_length / settings.bytes_per_token)
+            tokens = settings.estimate_prompt_tokens(content_length=head.content_length)
         else:
             tokens = 0
         hint = protocol.subset_hint(request.metadata_context)
@@ -122,7 +121,8 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
     def _check_served(self, *, request: Any, held: _Held) -> None:
         served = protocol.served_endpoint(request.metadata_context, request.response_headers)
         if served in held.pool.addresses and served != held.grant.address:
-            # The slot stays on the first pick until the admission can move it (see the report).
+            # The request holds a slot where it really runs, so the picked pod's slot frees.
+            held.pool.moved(id=held.grant.id, address=served)
             self._metrics.served_elsewhere.labels(held.pool.name).inc()
             logger.debug(
                 "Pool %s: request %s picked %s, served by %s",

@@ -6,6 +6,7 @@ known pool has a restored or fresh decision; a deadline bounds the wait.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -13,6 +14,8 @@ from trimtab.api.records import PoolKey
 from trimtab.targets.xds.cache import SnapshotCache
 
 __all__ = ["XdsGate"]
+
+logger = logging.getLogger(__name__)
 
 
 class XdsGate:
@@ -51,5 +54,13 @@ class XdsGate:
         if self._cache.ready:
             return
         waited = self._clock() - self._started
-        if (not self._pending and waited >= self._grace_s) or waited >= self._deadline_s:
+        if not self._pending and waited >= self._grace_s:
+            logger.info("xDS serves from now on: every known pool has a decision")
+            self._cache.open()
+        elif waited >= self._deadline_s:
+            logger.info(
+                "xDS serves from now on: %d pools still had no decision after %gs",
+                len(self._pending),
+                self._deadline_s,
+            )
             self._cache.open()

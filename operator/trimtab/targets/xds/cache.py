@@ -27,8 +27,10 @@ Listener = Callable[[], None]
 class SnapshotCache:
     """One snapshot shared by every connected Envoy, plus the observed ACK state."""
 
-    def __init__(self, *, acks: AckLedger | None = None) -> None:
+    def __init__(self, *, acks: AckLedger | None = None, served: bool = True) -> None:
+        """``served=False``: no xDS server reads this cache (local mode without --xds-port)."""
         self._pools: dict[str, PoolResources] = {}
+        self._served = served
         self._snapshot = build_snapshot(())
         self._ready = False
         self._listeners: set[Listener] = set()
@@ -76,6 +78,9 @@ class SnapshotCache:
         if resources is None or resources.pool != pool:
             message = f"no decision set for cluster {cluster}"
             return TargetState(False, TargetReason.NOT_APPLIED, message)
+        if not self._served:
+            message = "no xDS server (run with --xds-port)"
+            return TargetState(False, TargetReason.TARGET_UNAVAILABLE, message)
         if not self._ready:
             return TargetState(
                 False,

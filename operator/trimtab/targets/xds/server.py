@@ -93,7 +93,7 @@ class XdsLimits:
     """Bounds on what clients can make the server hold (see the module docstring)."""
 
     max_streams: int = 64
-    max_request_bytes: int = 1 * _MIB
+    max_request_bytes: int = 256 * 1024
     max_response_bytes: int = 256 * _MIB
     queued_requests: int = 2
     write_timeout_s: float = 30.0
