@@ -17,7 +17,8 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# Only what the wheel is built from (tests/chart/test_image.py installs from these same paths).
+# Only what the wheel is built from (tests/chart/test_chart_image.py installs from these
+# same paths).
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 # python3, not python: Debian's interpreter has no `python` name. Binary wheels only for the

@@ -16,9 +16,6 @@ import pytest_asyncio
 
 REPO = Path(__file__).resolve().parent.parent
 
-ALLOWED_LEFTOVERS: frozenset[str] = frozenset()
-"""Names of third-party tasks that outlive their owner's documented shutdown."""
-
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
@@ -39,9 +36,7 @@ async def _asyncio_tasks_left() -> AsyncIterator[None]:
     yield
     current = asyncio.current_task()
     left = [
-        task
-        for task in asyncio.all_tasks() - before
-        if task is not current and not task.done() and task.get_name() not in ALLOWED_LEFTOVERS
+        task for task in asyncio.all_tasks() - before if task is not current and not task.done()
     ]
     if not left:
         return

@@ -12,6 +12,7 @@ __all__ = [
     "KubeConflict",
     "KubeNotFound",
     "MetricsError",
+    "NotAllowed",
     "SourceUnavailable",
     "SpecInvalid",
     "TargetSyncError",
@@ -33,6 +34,13 @@ class SpecInvalid(TrimtabError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
+
+
+class NotAllowed(SpecInvalid):
+    """A valid spec asks for what this installation does not allow (a Prometheus URL or token
+    source not on the operator's lists, static endpoints, an envoyFile path outside its
+    directory). Unlike a missing Secret it does not heal by itself: the pool is refused until
+    its spec (or the operator's flags) change."""
 
 
 class MetricsError(TrimtabError):

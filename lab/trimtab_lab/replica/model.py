@@ -11,14 +11,27 @@ and the real-time emulator (:meth:`Replica.step`, one iteration and who got a to
 Runs of pure decode iterations are advanced analytically: a decoding request stores the
 replica-wide iteration number at which it joined, so its token count, KV blocks and finish
 iteration follow from one counter and a per-block-phase histogram, in O(block_size) per run.
+
+Prefix caching (vLLM's automatic prefix caching, SGLang's radix cache) is modelled at the
+granularity of *hash blocks* of ``prefix_block_tokens`` tokens (512 for the Mooncake trace's
+``hash_ids``), a whole multiple of the engine's KV block, so one hash block is
+``prefix_block_tokens / block_size`` KV blocks. A request carries one chained hash per hash block
+of its prompt (equal hashes mean equal prefixes); only full blocks are cached. When it is first
+scheduled its longest cached leading chain is a hit: those tokens are not prefilled (at least one
+prompt token always is, as in vLLM), and the blocks are shared, counted once. Blocks become cached
+as prefill chunks complete them; when no running request uses a cached block it stays in KV,
+free to be evicted, least recently used first (a request's tail blocks before its head), and only
+when free blocks run out. A preempted or finished request frees its own blocks; its hashed blocks
+stay cached. Counters count prompt tokens looked up and hit, as vLLM's
+``prefix_cache_queries_total`` and ``prefix_cache_hits_total`` do.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
-from collections.abc import Iterator
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Sequence
 
 from trimtab_lab.replica.profiles import ReplicaProfile
 from trimtab_lab.replica.records import EventKind, ReplicaState, RequestEvent, StepReport
@@ -35,6 +48,7 @@ class _Request:
         "computed",
         "emitted",
         "first_token",
+        "hashes",
         "heap_seq",
         "joined",
         "key",
@@ -43,13 +57,20 @@ class _Request:
         "prompt",
         "request_id",
         "scheduled",
+        "shared",
         "target",
     )
 
-    def __init__(self, *, request_id: int, prompt: int, output: int) -> None:
+    def __init__(
+        self, *, request_id: int, prompt: int, output: int, hashes: tuple[int, ...]
+    ) -> None:
         self.request_id = request_id
         self.prompt = prompt
         self.output = output
+        # Chained hashes of the prompt's full hash blocks; the first ``shared`` are cache
+        # entries this request holds a reference on (its blocks, counted in the entries).
+        self.hashes = hashes
+        self.shared = 0
         self.phase = _WAITING
         # Tokens to prefill: the prompt, plus what was already generated after a preemption.
         self.target = prompt
@@ -71,12 +92,32 @@ class Replica:
     """
 
     def __init__(
-        self, *, profile: ReplicaProfile, speed: float = 1.0, start_s: float = 0.0
+        self,
+        *,
+        profile: ReplicaProfile,
+        speed: float = 1.0,
+        start_s: float = 0.0,
+        prefix_block_tokens: int | None = None,
     ) -> None:
+        """``prefix_block_tokens`` turns prefix caching on, at that hash-block size."""
         if not speed > 0.0:
             raise ValueError(f"speed must be > 0, got {speed!r}")
+        if prefix_block_tokens is not None and (
+            prefix_block_tokens < 1 or prefix_block_tokens % profile.block_size
+        ):
+            raise ValueError(
+                f"prefix_block_tokens must be a positive multiple of the KV block size "
+                f"{profile.block_size}, got {prefix_block_tokens!r}"
+            )
         self.profile = profile
         self.speed = speed
+        self.prefix_block_tokens = prefix_block_tokens
+        self._entry_blocks = (prefix_block_tokens or 0) // profile.block_size
+        # Cache entries by hash with their reference counts; unreferenced ones in LRU order.
+        self._cache: dict[int, int] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._prefix_queries = 0
+        self._prefix_hits = 0
         self._now = start_s
         self._bs = profile.block_size
         self._watermark_blocks = math.ceil(profile.watermark * profile.num_gpu_blocks)
@@ -109,16 +150,27 @@ class Replica:
     def state(self) -> ReplicaState:
         """What the engine's metrics endpoint would show at :attr:`now`."""
         total = self.profile.num_gpu_blocks
+        cached = self._cached_free()
         return ReplicaState(
             time_s=self._now,
             running=len(self._running),
             waiting=len(self._waiting),
-            kv_blocks_used=total - self._free,
+            kv_blocks_used=total - self._free - cached,
             kv_blocks_total=total,
             waiting_tokens=self._waiting_tokens,
             preemptions_total=self._preemptions,
             generated_tokens_total=self._generated,
+            kv_blocks_cached=cached,
+            prefix_queries_total=self._prefix_queries,
+            prefix_hits_total=self._prefix_hits,
         )
+
+    def cached_prefix_tokens(self, *, block_hashes: Sequence[int], prompt_tokens: int) -> int:
+        """Prompt tokens a request with these hashes would find cached if scheduled now."""
+        if self.prefix_block_tokens is None:
+            return 0
+        usable = self._usable(block_hashes=block_hashes, prompt_tokens=prompt_tokens)
+        return self._hit_blocks(hashes=usable, target=prompt_tokens) * self.prefix_block_tokens
 
     def emitted(self, request_id: int) -> int:
         """Tokens emitted so far by an unfinished request; ``KeyError`` once it finished."""
@@ -134,10 +186,18 @@ class Replica:
     # -- input -------------------------------------------------------------------------------
 
     def submit(
-        self, *, request_id: int, prompt_tokens: int, output_tokens: int, at_s: float
+        self,
+        *,
+        request_id: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        at_s: float,
+        block_hashes: Sequence[int] = (),
     ) -> None:
         """Queue a request that arrived at ``at_s`` (``>= now`` only when the replica is idle).
 
+        ``block_hashes``: one chained hash per ``prefix_block_tokens`` of the prompt (a last
+        partial block's hash is ignored); without prefix caching they are ignored.
         ``ValueError`` when the request can never be served (HTTP 400 in a real engine).
         """
         if prompt_tokens < 1 or output_tokens < 1:
@@ -153,7 +213,12 @@ class Replica:
             if not self.is_idle():
                 raise ValueError(f"advance the replica to {at_s} before submitting at that time")
             self._now = at_s
-        request = _Request(request_id=request_id, prompt=prompt_tokens, output=output_tokens)
+        request = _Request(
+            request_id=request_id,
+            prompt=prompt_tokens,
+            output=output_tokens,
+            hashes=self._usable(block_hashes=block_hashes, prompt_tokens=prompt_tokens),
+        )
         self._requests[request_id] = request
         self._waiting.append(request)
         self._waiting_tokens += request.target
@@ -260,8 +325,9 @@ class Replica:
         if self._kv_short_at < 0:
             # Every block_size iterations each decoding request takes exactly one block.
             counts, size, start = self._phase_counts, self._bs, self._iteration
-            cycles = self._free // self._decoding
-            left = self._free - cycles * self._decoding
+            available = self._available()
+            cycles = available // self._decoding
+            left = available - cycles * self._decoding
             steps = cycles * size
             while counts[-(start + steps) % size] <= left:
                 left -= counts[-(start + steps) % size]
@@ -298,7 +364,7 @@ class Replica:
         return count
 
     def _decode_steps(self, *, steps: int, events: list[RequestEvent]) -> None:
-        self._free -= self._blocks_needed(steps=steps)
+        self._take(self._blocks_needed(steps=steps))
         self._now += self._run_seconds(steps)
         self._iteration += steps
         self._decode_kv_tokens += self._decoding * steps
@@ -331,8 +397,14 @@ class Replica:
         if not self._running:
             # Alone on the replica a request always gets in; max_model_len bounds its KV.
             return True
-        chunk = min(self._waiting[0].target, budget)
-        return self._free - -(-chunk // self._bs) >= self._watermark_blocks
+        head = self._waiting[0]
+        hit = self._hit_blocks(hashes=head.hashes, target=head.target)
+        # Hit entries nobody uses yet stop being evictable once the head references them.
+        pinned = sum(self._cache[h] == 0 for h in head.hashes[:hit]) * self._entry_blocks
+        hit_tokens = hit * self._entry_blocks * self._bs
+        chunk = min(head.target - hit_tokens, budget)
+        blocks = -(-(hit_tokens + chunk) // self._bs) - hit * self._entry_blocks
+        return self._available() - pinned - blocks >= self._watermark_blocks
 
     def _mixed_step(self, *, events: list[RequestEvent], emitted: list[int] | None) -> None:
         """One iteration that prefills, admits or preempts (vLLM V1 ``schedule()`` order)."""
@@ -341,11 +413,11 @@ class Replica:
         bs = self._bs
         preempted = False
         need = self._blocks_needed_at(self._iteration) if self._decoding else 0
-        while need > self._free:
+        while need > self._available():
             if self._preempt_newest(events):
                 need -= 1
             preempted = True
-        self._free -= need
+        self._take(need)
         budget = p.max_num_batched_tokens - self._decoding
         # Chunks are counted as computed when scheduled, so a request preempted later in this
         # iteration frees the blocks its chunk took.
@@ -355,24 +427,25 @@ class Replica:
                 break
             chunk = min(request.target - request.computed, budget)
             blocks = -(-(request.computed + chunk) // bs) - -(-request.computed // bs)
-            while blocks > self._free and request.phase == _PREFILL:
+            while blocks > self._available() and request.phase == _PREFILL:
                 if self._preempt_newest(events):
                     # That decoder's block for this iteration was already taken.
                     self._free += 1
                 preempted = True
             if request.phase != _PREFILL:
                 break
-            self._free -= blocks
+            self._take(blocks)
             request.computed += chunk
             chunks.append((request, chunk))
             budget -= chunk
         while not preempted and self._waiting and self._head_fits(budget=budget):
             request = self._waiting.popleft()
             self._waiting_tokens -= request.target
-            chunk = min(request.target, budget)
-            self._free -= -(-chunk // bs)
+            hit_tokens = self._look_up(request)
+            chunk = min(request.target - hit_tokens, budget)
+            self._take(-(-(hit_tokens + chunk) // bs) - request.shared * self._entry_blocks)
             request.phase = _PREFILL
-            request.computed = chunk
+            request.computed = hit_tokens + chunk
             if request.scheduled is None:
                 request.scheduled = start
             self._running[request.request_id] = request
@@ -382,6 +455,9 @@ class Replica:
         if emitted is not None:
             emitted.extend(r.request_id for r in self._decoders())
         chunks = [(r, c) for r, c in chunks if r.phase == _PREFILL]
+        if self.prefix_block_tokens is not None:
+            for request, _ in chunks:
+                self._register(request)
         prefill = sum(c for _, c in chunks)
         kv_read = self._decode_kv_tokens + sum(r.computed for r, _ in chunks) - prefill
         seconds = p.step_time_s(
@@ -424,7 +500,7 @@ class Replica:
                 )
             )
         if request.emitted >= request.output:
-            self._free += -(-request.target // self._bs)
+            self._free_blocks(request, tokens=request.target)
             del self._running[request.request_id]
             del self._requests[request.request_id]
             events.append(
@@ -456,7 +532,7 @@ class Replica:
         else:
             tokens = request.computed
             del self._prefilling[request.request_id]
-        self._free += -(-tokens // self._bs)
+        self._free_blocks(request, tokens=tokens)
         del self._running[request.request_id]
         request.phase = _WAITING
 
@@ -471,3 +547,81 @@ class Replica:
         events.append(
             RequestEvent(kind=EventKind.PREEMPTED, request_id=request.request_id, time_s=self._now)
         )
+
+    # -- KV blocks and the prefix cache ------------------------------------------------------
+
+    def _cached_free(self) -> int:
+        """KV blocks held by cache entries that no running request uses (evictable)."""
+        return len(self._evictable) * self._entry_blocks
+
+    def _available(self) -> int:
+        """Blocks an allocation may take: free ones plus evictable cached ones."""
+        return self._free + len(self._evictable) * self._entry_blocks
+
+    def _take(self, blocks: int) -> None:
+        """Allocate ``blocks`` (callers checked :meth:`_available`), evicting LRU entries."""
+        self._free -= blocks
+        while self._free < 0:
+            victim, _ = self._evictable.popitem(last=False)
+            del self._cache[victim]
+            self._free += self._entry_blocks
+
+    def _usable(self, *, block_hashes: Sequence[int], prompt_tokens: int) -> tuple[int, ...]:
+        if self.prefix_block_tokens is None:
+            return ()
+        return tuple(block_hashes[: prompt_tokens // self.prefix_block_tokens])
+
+    def _hit_blocks(self, *, hashes: tuple[int, ...] | Sequence[int], target: int) -> int:
+        """Leading cached blocks, leaving at least one token of ``target`` to compute."""
+        if not hashes:
+            return 0
+        limit = min(len(hashes), (target - 1) // (self._entry_blocks * self._bs))
+        cache = self._cache
+        hit = 0
+        while hit < limit and hashes[hit] in cache:
+            hit += 1
+        return hit
+
+    def _look_up(self, request: _Request) -> int:
+        """Reference the request's cached leading blocks at its scheduling; the hit tokens."""
+        if self.prefix_block_tokens is None:
+            return 0
+        hit = self._hit_blocks(hashes=request.hashes, target=request.target)
+        for block in request.hashes[:hit]:
+            refs = self._cache[block]
+            if refs == 0:
+                del self._evictable[block]
+            self._cache[block] = refs + 1
+        request.shared = hit
+        hit_tokens = hit * self.prefix_block_tokens
+        self._prefix_queries += request.target
+        self._prefix_hits += hit_tokens
+        return hit_tokens
+
+    def _register(self, request: _Request) -> None:
+        """Cache the hash blocks the request's prefill has completed so far."""
+        assert self.prefix_block_tokens is not None
+        upto = min(len(request.hashes), request.computed // self.prefix_block_tokens)
+        for block in request.hashes[request.shared : upto]:
+            refs = self._cache.get(block)
+            if refs is None:
+                # The request's own blocks become the entry's.
+                self._cache[block] = 1
+                continue
+            # Another request computed the same block meanwhile: share it, free the copy.
+            if refs == 0:
+                del self._evictable[block]
+            self._cache[block] = refs + 1
+            self._free += self._entry_blocks
+        request.shared = max(request.shared, upto)
+
+    def _free_blocks(self, request: _Request, *, tokens: int) -> None:
+        """Free a leaving request's own blocks and drop its references on cached ones."""
+        self._free += -(-tokens // self._bs) - request.shared * self._entry_blocks
+        # Tail first, so the chain's head is the most recent and is evicted last.
+        for block in reversed(request.hashes[: request.shared]):
+            refs = self._cache[block] - 1
+            self._cache[block] = refs
+            if refs == 0:
+                self._evictable[block] = None
+        request.shared = 0

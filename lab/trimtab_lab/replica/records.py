@@ -52,10 +52,18 @@ class ReplicaState:
     """Counter (``vllm:num_preemptions_total``)."""
     generated_tokens_total: int
     """Counter of output tokens (``vllm:generation_tokens_total``)."""
+    kv_blocks_cached: int = 0
+    """Blocks of the prefix cache that no running request uses: held, but evictable at once.
+    Not in ``kv_blocks_used``, as vLLM counts them free in ``kv_cache_usage_perc``."""
+    prefix_queries_total: int = 0
+    """Counter of prompt tokens looked up in the prefix cache when a request is scheduled
+    (``vllm:prefix_cache_queries_total``); 0 while prefix caching is off."""
+    prefix_hits_total: int = 0
+    """Counter of those tokens found cached (``vllm:prefix_cache_hits_total``)."""
 
     @property
     def kv_usage(self) -> float:
-        """KV-cache occupancy, 0..1 (``vllm:kv_cache_usage_perc``)."""
+        """KV-cache occupancy, 0..1 (``vllm:kv_cache_usage_perc``): blocks in use by requests."""
         return self.kv_blocks_used / self.kv_blocks_total
 
 

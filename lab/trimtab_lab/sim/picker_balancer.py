@@ -2,10 +2,11 @@
 
 The operator's pipeline is the one ``trimtab`` runs (:class:`PolicyLoop`: scrapes every
 ``scrape_interval_s``, decisions every ``decide_interval_s``, each landing ``delay_s`` later).
-Each decision reaches :class:`trimtab.admission.Admission` as one :class:`PodCapacity` per
-replica: the policy's cap, ``accepting`` off while the policy drains the pod, the KV usage of
-the scrape the decision was made from (stamped with the scrape's time, so admission sees its
-age) and the KV size from the replica's profile (what ``vllm:cache_config_info`` publishes).
+Each decision reaches :class:`trimtab.admission.Admission` through
+:func:`trimtab.admission.pod_capacities`, the operator's own feed: the policy's cap,
+``accepting`` off while the policy drains the pod, the KV usage of the scrape the decision was
+made from (stamped with the scrape's time, so admission sees its age) and the KV size from the
+replica's profile (what ``vllm:cache_config_info`` publishes).
 Admission counts in-flight requests itself, exactly: a slot is taken at the grant and released
 when the request ends, with its output length, which a picker learns only then (from the
 response's usage). Speeds stay at 1: no metric tells a real picker a replica's speed.
@@ -24,15 +25,14 @@ from trimtab.admission import (
     AdmissionSettings,
     Ask,
     Grant,
-    PodCapacity,
     Queued,
     Refusal,
     RequestId,
+    pod_capacities,
 )
-from trimtab.api.records import Decision, PodState
 from trimtab.policy import PolicySettings
 from trimtab_lab.sim.engine import Fleet
-from trimtab_lab.sim.trimtab_balancer import Observation, PolicyLoop, Scrape
+from trimtab_lab.sim.trimtab_balancer import Decided, Observation, PolicyLoop
 
 __all__ = ["PickerBalancer"]
 
@@ -54,6 +54,7 @@ class PickerBalancer:
         )
         self._names = self._loop.names
         self._host = {name: host for host, name in enumerate(self._names)}
+        self._addresses = {name: str(name) for name in self._names}
         self._fleet: Fleet | None = None
         self._expiry_s = math.inf
 
@@ -71,24 +72,13 @@ class PickerBalancer:
         grants = self.admission.release(id=RequestId(str(request)), now=now, output_tokens=output)
         self._handle(grants, now)
 
-    def _apply(self, decision: Decision, scrape: Scrape, now: float) -> None:
-        fleet = self._ready()
-        by_name = decision.by_name()
-        pods = []
-        for host, name in enumerate(self._names):
-            pod = by_name[name]
-            state = scrape.states[host]
-            pods.append(
-                PodCapacity(
-                    name=name,
-                    address=name,
-                    cap=pod.max_in_flight,
-                    accepting=pod.state is not PodState.DRAINING,
-                    kv_usage=state.kv_usage,
-                    kv_observed_at=scrape.taken_s,
-                    kv_capacity_tokens=fleet.replicas[host].profile.kv_capacity_tokens,
-                )
-            )
+    def _apply(self, decided: Decided, now: float) -> None:
+        pods = pod_capacities(
+            decision=decided.decision,
+            samples=decided.samples,
+            addresses=self._addresses,
+            now=decided.at_s,
+        )
         self._handle(self.admission.set_pods(pods=pods, now=now), now)
 
     def _expire(self, now: float) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trimtab.api.records import Decision, PodInput, PodName, PodSample
@@ -23,7 +23,7 @@ from trimtab_lab.sim.balancers import EnvoyBalancer
 from trimtab_lab.sim.engine import Fleet
 from trimtab_lab.sim.envoy import EnvoyCluster, LbAlgorithm
 
-__all__ = ["Apply", "Observation", "PolicyLoop", "Scrape", "TrimtabBalancer"]
+__all__ = ["Apply", "Decided", "Observation", "PolicyLoop", "TrimtabBalancer"]
 
 # Replicas have been Ready this long when the run starts, so slow start is over.
 _READY_BEFORE_S = 3600.0
@@ -51,16 +51,18 @@ class Observation:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scrape:
-    """Every host's engine metrics as one scrape read them."""
+class Decided:
+    """A decision with what it was decided from."""
 
-    taken_s: float
-    states: Sequence[ReplicaState]
-    """One per host, by index."""
+    decision: Decision
+    samples: Mapping[PodName, PodSample]
+    """The pods' samples as the policy saw them (ages relative to ``at_s``)."""
+    at_s: float
+    """When the policy decided."""
 
 
-Apply = Callable[[Decision, Scrape, float], None]
-"""Called with a decision, the scrape it was made from and the time it lands."""
+Apply = Callable[[Decided, float], None]
+"""Called with a decision and the time it lands."""
 
 
 class PolicyLoop:
@@ -81,6 +83,7 @@ class PolicyLoop:
         keep = int(observation.rate_window_s / observation.scrape_interval_s) + 2
         self._scrapes: list[deque[ReplicaState]] = [deque(maxlen=keep) for _ in range(hosts)]
         self._scraped_s = 0.0
+        self._kv_tokens: list[int] = []
         self._previous: Decision | None = None
         self._previous_s = 0.0
         self._fleet: Fleet | None = None
@@ -92,11 +95,12 @@ class PolicyLoop:
 
     def start(self, *, fleet: Fleet) -> None:
         self._fleet = fleet
+        # What vLLM's cache_config_info tells: num_gpu_blocks * block_size.
+        self._kv_tokens = [replica.profile.kv_capacity_tokens for replica in fleet.replicas]
         obs = self._observation
         # The operator was running before the window opens: start from its idle decision.
         self._scrape(0.0)
-        decision, scrape = self._decide_now(0.0)
-        self._apply(decision, scrape, 0.0)
+        self._apply(self._decide_now(0.0), 0.0)
         fleet.every(period_s=obs.scrape_interval_s, action=self._scrape, first_s=0.0)
         fleet.every(period_s=obs.decide_interval_s, action=self._decide, first_s=0.0)
 
@@ -110,30 +114,31 @@ class PolicyLoop:
     def _decide(self, now: float) -> None:
         fleet = self._fleet
         assert fleet is not None
-        decision, scrape = self._decide_now(now)
-        fleet.at(
-            time_s=now + self._observation.delay_s,
-            action=lambda at: self._apply(decision, scrape, at),
-        )
+        decided = self._decide_now(now)
+        fleet.at(time_s=now + self._observation.delay_s, action=lambda at: self._apply(decided, at))
 
-    def _decide_now(self, now: float) -> tuple[Decision, Scrape]:
-        pods = [
-            PodInput(
-                name=name,
-                ready_for_s=_READY_BEFORE_S + now,
-                sample=self._sample(history=history, now=now),
+    def _decide_now(self, now: float) -> Decided:
+        samples = {
+            name: sample
+            for name, history, kv_tokens in zip(
+                self._names, self._scrapes, self._kv_tokens, strict=True
             )
-            for name, history in zip(self._names, self._scrapes, strict=True)
+            if (sample := self._sample(history=history, kv_tokens=kv_tokens, now=now)) is not None
+        }
+        pods = [
+            PodInput(name=name, ready_for_s=_READY_BEFORE_S + now, sample=samples.get(name))
+            for name in self._names
         ]
         elapsed = now - self._previous_s if self._previous is not None else 0.0
         decision = compute_decision(
             pods=pods, previous=self._previous, settings=self._settings, elapsed_s=elapsed
         )
         self._previous, self._previous_s = decision, now
-        scrape = Scrape(taken_s=self._scraped_s, states=[h[-1] for h in self._scrapes])
-        return decision, scrape
+        return Decided(decision=decision, samples=samples, at_s=now)
 
-    def _sample(self, *, history: deque[ReplicaState], now: float) -> PodSample | None:
+    def _sample(
+        self, *, history: deque[ReplicaState], kv_tokens: int, now: float
+    ) -> PodSample | None:
         if not history:
             return None
         latest = history[-1]
@@ -149,8 +154,9 @@ class PolicyLoop:
             waiting=float(latest.waiting),
             kv_usage=latest.kv_usage,
             preemption_rate=rate,
-            age_s=max(0.0, now - latest.time_s),
+            age_s=max(0.0, now - self._scraped_s),
             decode_tokens_per_s=decode,
+            kv_capacity_tokens=kv_tokens,
         )
 
 
@@ -183,8 +189,8 @@ class TrimtabBalancer(EnvoyBalancer):
         super().start(fleet=fleet)
         self._loop.start(fleet=fleet)
 
-    def _apply(self, decision: Decision, scrape: Scrape, now: float) -> None:
-        by_name = decision.by_name()
+    def _apply(self, decided: Decided, now: float) -> None:
+        by_name = decided.decision.by_name()
         weights = [by_name[name].weight for name in self._names]
         caps: list[int | None] = [by_name[name].max_in_flight for name in self._names]
         fleet = self._fleet()

@@ -65,6 +65,22 @@ class TargetReason(enum.StrEnum):
     ENVOY_NACK = "EnvoyNack"
     ENVOY_SILENT = "EnvoySilent"
     """Connected Envoys stayed silent past the acknowledgement deadline."""
+    HTTP_ROUTE_NOT_FOUND = "HTTPRouteNotFound"
+    RULE_NOT_FOUND = "RuleNotFound"
+    """The HTTPRoute has no rule of that name (or index)."""
+    REFERENCE_NOT_PERMITTED = "ReferenceNotPermitted"
+    """A route in another namespace and no ReferenceGrant in the pool's namespace allowing it."""
+    ROUTE_CONTESTED = "RouteContested"
+    """Another writer keeps replacing the rule's backendRefs that trimtab wrote."""
+    ROUTE_NOT_ACCEPTED = "RouteNotAccepted"
+    """A parent Gateway reports Accepted=False on the HTTPRoute."""
+    BACKEND_REFS_NOT_RESOLVED = "BackendRefsNotResolved"
+    """A parent Gateway reports ResolvedRefs=False on the HTTPRoute."""
+    NO_GATEWAY_STATUS = "NoGatewayStatus"
+    """No Gateway reported on the route (or observed trimtab's last write) within the grace."""
+    OBJECT_NOT_OWNED = "ObjectNotOwned"
+    """A Service or EndpointSlice of a tier's name exists and is not trimtab's."""
+    GATEWAY_API_WRITE_FAILED = "GatewayAPIWriteFailed"
 
 
 class EventType(enum.StrEnum):

@@ -87,6 +87,9 @@ class PodSample:
     unreachable: bool = False
     """The pod itself did not answer (connection refused, reset or timed out), as opposed to
     answering with a bad page: a dead replica must not keep its weight."""
+    problem: str | None = None
+    """Why the pod's page could not be used although it answered (too large, too slow, an
+    HTTP error); the pod is then Stale with this as its reason."""
 
 
 @dataclass(frozen=True)

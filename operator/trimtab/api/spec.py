@@ -219,25 +219,38 @@ class SecretKeyRef(_Model):
 
 
 class PrometheusSpec(_Model):
+    """Where and how to query Prometheus. The URL must be on the operator's allow-list and a
+    token comes only from a source the operator's installer defines (docs/security.md)."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "!(has(self.bearerTokenSecretRef) && has(self.bearerTokenFile))",
-                    "message": "give bearerTokenSecretRef or bearerTokenFile, not both",
-                }
+                    "rule": "!(has(self.bearerTokenSecretRef) && has(self.tokenSource))",
+                    "message": "give bearerTokenSecretRef or tokenSource, not both",
+                },
+                {
+                    "rule": "!self.url.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@')",
+                    "message": "url must not hold a user or password; use tokenSource or "
+                    "bearerTokenSecretRef",
+                },
             ]
         }
     )
     url: AnyHttpUrl = Field(
-        description="Base URL of the Prometheus HTTP API, http or https.",
+        description="Base URL of the Prometheus HTTP API, http or https, without user or "
+        "password. It must match the operator's --prometheus-url allow-list.",
         json_schema_extra={"pattern": "^https?://"},
     )
     bearer_token_secret_ref: SecretKeyRef | None = Field(
-        default=None, description="Bearer token read from a Secret key."
+        default=None,
+        description="Bearer token read from a Secret key in the pool's namespace (only when "
+        "the operator is installed with Secret access).",
     )
-    bearer_token_file: str | None = Field(
-        default=None, min_length=1, description="Bearer token read from a file in the operator."
+    token_source: Name | None = Field(
+        default=None,
+        description="Bearer token from a token source the operator's installer defines "
+        "(--prometheus-token NAME=FILE), by name.",
     )
     insecure_skip_verify: bool = Field(
         default=False, description="Skip TLS certificate verification (not recommended)."
@@ -256,10 +269,20 @@ class PrometheusSpec(_Model):
         description="How often Prometheus scrapes the pods; sizes the rate() window (4 scrapes).",
     )
 
+    @field_validator("url", mode="before")
+    @classmethod
+    def _no_userinfo(cls, value: Any) -> Any:
+        # Checked on the raw text, before parsing: the message must not quote the password.
+        if isinstance(value, str) and re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@", value):
+            raise ValueError(
+                "url must not hold a user or password; use tokenSource or bearerTokenSecretRef"
+            )
+        return value
+
     @model_validator(mode="after")
     def _one_token_source(self) -> Self:
-        if self.bearer_token_secret_ref is not None and self.bearer_token_file is not None:
-            raise ValueError("give bearerTokenSecretRef or bearerTokenFile, not both")
+        if self.bearer_token_secret_ref is not None and self.token_source is not None:
+            raise ValueError("give bearerTokenSecretRef or tokenSource, not both")
         return self
 
 

@@ -76,6 +76,11 @@ class SpecTracker:
         self.last_valid = config
         return config
 
+    def refuse(self, problems: list[str]) -> None:
+        """The installation does not allow the latest spec: unusable until it changes."""
+        self.problems = tuple(problems)
+        self._logger.warning("Spec of %s is not allowed: %s", self._pool, "; ".join(problems))
+
     @property
     def usable(self) -> PoolConfig | None:
         """The config to run on: ``None`` while the latest spec is invalid or unparsed."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from trimtab.api.records import PoolKey
 from trimtab.api.status import InferencePoolStatus
+from trimtab.balancing.admitting import AdmissionFeed
 from trimtab.balancing.applying import TargetFactory, TargetSet
 from trimtab.balancing.configuring import PoolConfig, SpecTracker
 from trimtab.balancing.deciding import Decider
@@ -34,6 +35,7 @@ from trimtab.balancing.reporting import PoolSink, Reporter, ReportSettings
 from trimtab.balancing.samples import SampleKeeper, find_no_series
 from trimtab.balancing.spamfilter import SpamFilter
 from trimtab.balancing.telemetry import PoolTelemetry
+from trimtab.errors import NotAllowed
 
 __all__ = ["LoopSettings", "PoolLoop", "PoolSink", "SourceFactory", "TargetFactory"]
 
@@ -70,6 +72,7 @@ class PoolLoop:
         settings: LoopSettings,
         logger: Logger,
         seed: InferencePoolStatus | None = None,
+        admission: AdmissionFeed | None = None,
         on_step: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
@@ -83,6 +86,7 @@ class PoolLoop:
         self._clock = clock
         self._wakeup = asyncio.Event()
         self._on_step = on_step
+        self._admission = admission
         self._telemetry = PoolTelemetry(pool=pool)
         self._spec = SpecTracker(pool=pool, raw_spec=raw_spec, generation=generation, logger=logger)
         self._reader = MetricsReader(
@@ -143,6 +147,15 @@ class PoolLoop:
             members=members, samples=samples, settings=config.policy, metrics_ok=problem is None
         )
         self._targets.offer(spec=config.spec, decision=decision, members=members)
+        if self._admission is not None:
+            self._admission.offer(
+                pool=self.pool,
+                spec=config.spec,
+                decision=decision,
+                members=members,
+                samples=samples,
+                now=self._clock(),
+            )
         observation = Observation(
             generation=generation,
             members=members,
@@ -155,6 +168,8 @@ class PoolLoop:
 
     async def close(self, *, deleted: bool) -> None:
         """Stop everything this loop owns; ``deleted`` also clears targets and series."""
+        if self._admission is not None:
+            self._admission.forget(pool=self.pool)
         try:
             await self._targets.stop(remove=deleted)
             await self._reader.aclose()
@@ -169,8 +184,15 @@ class PoolLoop:
         return float(config.spec.metrics.interval)
 
     async def _reconfigure(self, config: PoolConfig) -> None:
-        await self._reader.rebuild(spec=config.spec)
-        await self._targets.replace(self._target_factory.build(pool=self.pool, spec=config.spec))
+        try:
+            await self._reader.rebuild(spec=config.spec)
+            targets = self._target_factory.build(pool=self.pool, spec=config.spec)
+        except NotAllowed as exc:
+            # Unlike a missing Secret this does not heal: refused until the spec changes.
+            self._spec.refuse(exc.problems)
+            await self._reader.aclose()
+            return
+        await self._targets.replace(targets)
 
     def _report(self, observation: Observation) -> None:
         report = self._reporter.observe(observation)

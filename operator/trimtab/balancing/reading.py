@@ -18,8 +18,9 @@ from trimtab.api.reasons import MetricsReason
 from trimtab.api.records import Endpoint, PodName, PodSample, PoolKey
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.balancing.observations import MetricsProblem
-from trimtab.errors import SourceUnavailable
+from trimtab.errors import NotAllowed, SourceUnavailable
 from trimtab.metrics.source import MetricsSource
+from trimtab.redaction import sanitize
 
 __all__ = ["MetricsReader", "Reading", "SourceFactory"]
 
@@ -59,8 +60,10 @@ class MetricsReader:
         try:
             self._source = await self._sources.build(pool=self._pool, spec=spec)
             self._build_problem = None
+        except NotAllowed:
+            raise
         except Exception as exc:  # a missing Secret must not stop the weights from decaying
-            message = f"cannot build metrics source: {exc}"[:256]
+            message = sanitize(f"cannot build metrics source: {exc}")
             self._build_problem = MetricsProblem(
                 kind=MetricsReason.SOURCE_UNAVAILABLE, message=message
             )
@@ -75,7 +78,7 @@ class MetricsReader:
             async with asyncio.timeout(deadline):
                 return Reading(fresh=await self._source.read(endpoints=endpoints))
         except SourceUnavailable as exc:
-            message = str(exc)[:256] or "metrics source unavailable"
+            message = sanitize(exc) or "metrics source unavailable"
         except TimeoutError:
             message = f"metrics read took longer than {deadline}s"
         return Reading(

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import click
 
+from trimtab.balancing.sources import PrometheusUrlRule, SourceSettings, TokenSource
 from trimtab.errors import SpecInvalid
+from trimtab.metrics.direct import DEFAULT_MAX_BODY_BYTES
+from trimtab.targets.factory import TargetSettings
 from trimtab.targets.xds.server import ServerTls, XdsSecurity
 
 __all__ = ["run"]
@@ -84,6 +87,48 @@ _Main = Callable[[asyncio.Event], Awaitable[None]]
     default=lambda: os.environ.get("POD_NAMESPACE", "default"),
     help="Namespace of the leader Lease (default: $POD_NAMESPACE or default).",
 )
+@click.option(
+    "--prometheus-url",
+    "prometheus_urls",
+    multiple=True,
+    metavar="[NAMESPACE=]URL",
+    help="A Prometheus URL prefix pools may query (of one namespace, or all); repeatable. In a "
+    "cluster pools may query no other; locally, without any, pools may query any URL without "
+    "a token. A URL without a port allows every port of its host.",
+)
+@click.option(
+    "--prometheus-token",
+    "prometheus_tokens",
+    multiple=True,
+    metavar="[NAMESPACE/]NAME=FILE",
+    help="A token source pools choose with tokenSource: NAME (of one namespace, or all); "
+    "its token is sent only to a --prometheus-url URL. Repeatable.",
+)
+@click.option(
+    "--allow-secret-tokens",
+    is_flag=True,
+    help="Let pools read bearerTokenSecretRef from a Secret of their namespace (needs RBAC).",
+)
+@click.option(
+    "--allow-static-endpoints",
+    is_flag=True,
+    help="Let pools in a cluster list static endpoints (trimtab scrapes them and Envoy routes "
+    "to them). Always on with --local.",
+)
+@click.option(
+    "--envoy-file-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="envoyFile.path targets must lie inside this directory [default: refused in a "
+    "cluster; the pools file's directory with --local].",
+)
+@click.option(
+    "--max-metrics-bytes",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_MAX_BODY_BYTES,
+    show_default=True,
+    help="Largest metrics page read from a pod, or answer from Prometheus; larger: that pod "
+    "(or that read) is stale.",
+)
 def run(
     *,
     namespaces: tuple[str, ...],
@@ -103,10 +148,24 @@ def run(
     status_file: Path | None,
     leader_election: bool,
     lease_namespace: str,
+    prometheus_urls: tuple[str, ...],
+    prometheus_tokens: tuple[str, ...],
+    allow_secret_tokens: bool,
+    allow_static_endpoints: bool,
+    envoy_file_dir: Path | None,
+    max_metrics_bytes: int,
 ) -> None:
     """Balance InferencePools: in a cluster (kopf), or locally with --local."""
     xds_security = _xds_security(
         cert=xds_tls_cert, key=xds_tls_key, client_ca=xds_client_ca, pattern=xds_node_id_pattern
+    )
+    source_settings = _source_settings(
+        urls=prometheus_urls,
+        tokens=prometheus_tokens,
+        secrets=allow_secret_tokens,
+        static_endpoints=allow_static_endpoints or pools_file is not None,
+        any_url=pools_file is not None and not prometheus_urls,
+        max_bytes=max_metrics_bytes,
     )
     if pools_file is not None:
         if namespaces or all_namespaces or leader_election:
@@ -120,6 +179,9 @@ def run(
                 metrics_port,
                 bind_address or "127.0.0.1",
                 xds_security,
+                picker_port=picker_port,
+                source_settings=source_settings,
+                envoy_file_dir=envoy_file_dir,
             )
         )
         return
@@ -142,10 +204,13 @@ def run(
         liveness_port=liveness_port,
         metrics_port=metrics_port,
         xds_port=xds_port,
+        picker_port=picker_port,
         bind_address=bind_address or "0.0.0.0",
         xds_security=xds_security,
         leader_election=leader_election,
         lease_namespace=lease_namespace,
+        source_settings=source_settings,
+        target_settings=TargetSettings(envoy_file_dir=envoy_file_dir, namespaced_clusters=True),
     )
 
     async def operate(stop: asyncio.Event) -> None:
@@ -173,6 +238,33 @@ def _xds_security(
     return XdsSecurity(tls=tls, node_id_pattern=pattern)
 
 
+def _source_settings(
+    *,
+    urls: tuple[str, ...],
+    tokens: tuple[str, ...],
+    secrets: bool,
+    static_endpoints: bool,
+    any_url: bool,
+    max_bytes: int,
+) -> SourceSettings:
+    try:
+        rules = tuple(PrometheusUrlRule.parse(text) for text in urls)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--prometheus-url") from None
+    try:
+        sources = tuple(TokenSource.parse(text) for text in tokens)
+        return SourceSettings(
+            prometheus_urls=rules,
+            any_prometheus_url=any_url,
+            token_sources=sources,
+            secret_tokens=secrets,
+            static_endpoints=static_endpoints,
+            max_metrics_bytes=max_bytes,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--prometheus-token") from None
+
+
 def _quiet_http_logs() -> None:
     # One line per scrape request would drown the decisions in the log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -196,6 +288,9 @@ def _local(
     metrics_port: int | None,
     bind_address: str,
     xds_security: XdsSecurity,
+    picker_port: int | None = None,
+    source_settings: SourceSettings | None = None,
+    envoy_file_dir: Path | None = None,
 ) -> _Main:
     from trimtab.local.runner import run_local
 
@@ -208,6 +303,9 @@ def _local(
                 metrics_port=metrics_port,
                 bind_address=bind_address,
                 xds_security=xds_security,
+                picker_port=picker_port,
+                source_settings=source_settings,
+                envoy_file_dir=envoy_file_dir,
                 stop=stop,
             )
         except SpecInvalid as exc:

@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class KubeApi:
@@ -46,6 +47,23 @@ class KubeApi:
         """RFC 7386 merge patch; ``metadata.resourceVersion`` in it acts as a precondition."""
         return await self._call("PATCH", path, body=body, content_type=MERGE_PATCH)
 
+    async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """RFC 6902 JSON patch; a failing ``test`` operation is answered 422 (KubeConflict)."""
+        try:
+            return await self._call("PATCH", path, body=ops, content_type=JSON_PATCH)
+        except KubeApiError as exc:
+            if exc.status == 422 and "test" in str(exc).lower():
+                raise KubeConflict(str(exc), status=422) from exc
+            raise
+
+    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT; ``metadata.resourceVersion`` in ``body`` makes it conditional (409 if stale)."""
+        return await self._call("PUT", path, body=body)
+
+    async def delete(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """DELETE; ``body`` may carry ``preconditions`` (uid, resourceVersion)."""
+        return await self._call("DELETE", path, body=body)
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
@@ -56,7 +74,7 @@ class KubeApi:
         method: str,
         path: str,
         *,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | list[dict[str, Any]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
         for attempt in (1, 2):

@@ -26,6 +26,7 @@ from trimtab.api.status import InferencePoolStatus
 from trimtab.balancing.loop import LoopSettings, PoolLoop, SourceFactory, TargetFactory
 from trimtab.balancing.membership import Member, PodRecord, pod_record, select_members
 from trimtab.balancing.spamfilter import SpamFilter
+from trimtab.balancing.admitting import AdmissionFeed
 from trimtab.balancing.supervisor import supervise
 from trimtab.kube.client import KubeApi
 from trimtab.kube.leadership import Leadership
@@ -64,7 +65,9 @@ class Runtime:
         spam: SpamFilter,
         settings: LoopSettings,
         login: Callable[..., kopf.ConnectionInfo | None],
+        admission: AdmissionFeed | None = None,
     ) -> None:
+        self.admission = admission
         self.api = api
         self.leadership = leadership
         self.sources = sources
@@ -114,6 +117,7 @@ class Runtime:
             settings=self.settings,
             logger=logger,
             seed=_seed_status(body),
+            admission=self.admission,
             on_step=lambda: self.gate.settle(key),
         )
         self.loops[key] = loop

@@ -21,13 +21,13 @@ import kopf
 from trimtab import tasks
 from trimtab.balancing.loop import LoopSettings, SourceFactory, TargetFactory
 from trimtab.balancing.services import Services, run_services
-from trimtab.balancing.sources import Sources
+from trimtab.balancing.sources import SourceSettings, Sources
 from trimtab.balancing.spamfilter import SpamFilter
 from trimtab.kube.client import KubeApi
 from trimtab.kube.configmaps import KubeConfigMapWriter
 from trimtab.kube.handlers import Runtime, build_registry
 from trimtab.kube.leadership import AlwaysLeader, Leadership, LeaseElector
-from trimtab.targets.factory import BuiltinTargets
+from trimtab.targets.factory import BuiltinTargets, TargetSettings
 from trimtab.targets.xds.server import XdsSecurity
 
 __all__ = ["OperatorConfig", "run_operator"]
@@ -44,6 +44,8 @@ class OperatorConfig:
     """Port of ``/healthz`` (kopf's liveness endpoint); ``None``: off."""
     metrics_port: int | None = None
     xds_port: int | None = None
+    picker_port: int | None = None
+    """Port of the endpoint picker (ext_proc); ``None``: off."""
     bind_address: str = "0.0.0.0"
     """Address every listener binds: xDS, /metrics and the liveness endpoint."""
     xds_security: XdsSecurity = field(default_factory=XdsSecurity)
@@ -58,6 +60,12 @@ class OperatorConfig:
     connection: kopf.ConnectionInfo | None = None
     """Fixed credentials (tests); ``None``: in-cluster service account, then kubeconfig."""
     loop: LoopSettings = field(default_factory=LoopSettings)
+    source_settings: SourceSettings = field(default_factory=SourceSettings)
+    """What pools may read: Prometheus URLs, token sources, Secrets, static endpoints."""
+    target_settings: TargetSettings = field(
+        default_factory=lambda: TargetSettings(namespaced_clusters=True)
+    )
+    """What pools may write: envoyFile paths; xDS clusters named ``<namespace>/<cluster>``."""
 
 
 def default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -90,13 +98,16 @@ async def run_operator(
 ) -> None:
     """Serve InferencePools until ``stop`` is set (or the task is cancelled)."""
     stop = stop or asyncio.Event()
+    runtime_box: list[Runtime] = []
     async with run_services(
         xds_port=config.xds_port,
         metrics_port=config.metrics_port,
         host=config.bind_address,
         xds_security=config.xds_security,
+        picker_port=config.picker_port,
+        # Only the Lease holder admits: one picker counts every pod's requests.
+        leading=lambda: bool(runtime_box) and runtime_box[0].leadership.is_leader,
     ) as svc:
-        runtime_box: list[Runtime] = []
         api = KubeApi(connect=lambda: runtime_box[0].current_connection())
         leadership: Leadership = AlwaysLeader()
         if config.leader_election:
@@ -111,13 +122,18 @@ async def run_operator(
         runtime = Runtime(
             api=api,
             leadership=leadership,
-            sources=sources or Sources(api=api),
+            sources=sources or Sources(api=api, settings=config.source_settings),
             targets=targets
-            or BuiltinTargets(cache=svc.cache, config_maps=KubeConfigMapWriter(api=api)),
+            or BuiltinTargets(
+                cache=svc.cache,
+                config_maps=KubeConfigMapWriter(api=api),
+                settings=config.target_settings,
+            ),
             gate=svc.gate,
             spam=SpamFilter(clock=asyncio.get_running_loop().time),
             settings=config.loop,
             login=(lambda **_: fixed) if fixed is not None else default_login,
+            admission=svc.admission,
         )
         runtime_box.append(runtime)
         registry = build_registry(runtime=runtime)

@@ -1,9 +1,10 @@
 """The ``direct`` metrics source: scrape every pod's ``/metrics`` page in parallel.
 
 No Prometheus is needed and samples are as fresh as the scrape. Scrapes are bounded by a
-semaphore and each by a total deadline, so one hung pod delays a cycle by at most the timeout
-and never blocks the others. Parsing runs in a worker thread: a thousand pages of histograms
-would otherwise stall the event loop every cycle.
+semaphore and each by a total deadline that covers the body and its parsing, and no body is
+read past ``max_body_bytes``: a hung, slow or huge page costs that pod its sample (it goes
+Stale, with the reason), never the other pods theirs. Parsing runs in a worker thread: a
+thousand pages of histograms would otherwise stall the event loop every cycle.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from trimtab.metrics.engines import (
 from trimtab.metrics.exposition import Series, parse_exposition
 from trimtab.metrics.rates import CounterRates
 
-__all__ = ["DirectSource", "timeout_for"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DirectSource", "timeout_for"]
 
 _MAX_CONCURRENCY = 32
 # Engines answer /metrics in milliseconds; waiting longer than most of a cycle for one pod
@@ -34,6 +35,8 @@ _MAX_CONCURRENCY = 32
 _TIMEOUT_SHARE_OF_INTERVAL = 0.8
 _MIN_TIMEOUT_S = 0.2
 _MAX_TIMEOUT_S = 5.0
+# A vLLM page is ~50 KiB; 4 MiB leaves room for many models and LoRA adapters.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def timeout_for(*, interval_s: float) -> float:
@@ -51,7 +54,7 @@ class _Scrape:
 @dataclass(frozen=True, kw_only=True)
 class _Failure:
     message: str
-    """Names the pod and the kind of failure, never the error's text (it may echo a URL)."""
+    """The kind of failure, never the error's text (it may echo a URL or the page)."""
     unreachable: bool
     """Nothing answered (refused, reset, timed out), as opposed to a bad answer."""
 
@@ -68,6 +71,7 @@ class DirectSource:
         port: int | None = None,
         timeout_s: float = 1.0,
         max_concurrency: int = _MAX_CONCURRENCY,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._pool = pool
         self._profile = profile
@@ -75,6 +79,7 @@ class DirectSource:
         self._path = scrape_path(profile=profile, configured=path)
         self._port = port
         self._timeout_s = timeout_s
+        self._max_body_bytes = max_body_bytes
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._rates = CounterRates()
         self._decode_rates = CounterRates()
@@ -84,17 +89,24 @@ class DirectSource:
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(max_connections=max_concurrency),
             follow_redirects=False,
+            # Uncompressed only: the size cap then bounds memory, with no zip bomb to inflate.
+            headers={"Accept-Encoding": "identity"},
         )
 
     async def read(self, *, endpoints: Sequence[Endpoint]) -> dict[PodName, PodSample]:
         if not endpoints:
             return {}
         scrapes = await asyncio.gather(*(self._scrape(endpoint=e) for e in endpoints))
-        failures = [error for error in scrapes if isinstance(error, _Failure)]
+        failures = [
+            (endpoint.name, scrape)
+            for endpoint, scrape in zip(endpoints, scrapes, strict=True)
+            if isinstance(scrape, _Failure)
+        ]
         if len(failures) == len(endpoints):
+            name, failure = failures[0]
             raise SourceUnavailable(
                 f"pool {self._pool}: no pod answered {self._path} "
-                f"({len(endpoints)} tried; e.g. {failures[0].message})"
+                f"({len(endpoints)} tried; e.g. {name}: {failure.message})"
             )
         for rates in self._all_rates():
             rates.retain(pods=[e.name for e in endpoints])
@@ -111,7 +123,7 @@ class DirectSource:
         if isinstance(scrape, _Failure):
             for rates in self._all_rates():
                 rates.update(pod=pod, total=None, at=now)
-            return PodSample(unreachable=scrape.unreachable)
+            return PodSample(unreachable=scrape.unreachable, problem=scrape.message)
         profile, series = self._profile, scrape.series
         preemption_rate = None
         if profile.preemptions is not None:
@@ -159,26 +171,45 @@ class DirectSource:
     async def _scrape(self, *, endpoint: Endpoint) -> _Scrape | _Failure:
         """The pod's parsed series, or why it could not be read."""
         url = _url(endpoint=endpoint, port=self._port, path=self._path)
+        answered = asyncio.Event()
         try:
             async with self._semaphore:
                 # The deadline starts once a slot is free: queueing is our delay, not the pod's.
                 async with asyncio.timeout(self._timeout_s):
-                    response = await self._client.get(url)
+                    return await self._fetch(url=url, answered=answered)
         except TimeoutError:
-            return _Failure(
-                message=f"{endpoint.name}: timed out after {self._timeout_s:g}s", unreachable=True
-            )
+            if answered.is_set():
+                message = f"/metrics not read and parsed within {self._timeout_s:g}s"
+                return _Failure(message=message, unreachable=False)
+            return _Failure(message=f"timed out after {self._timeout_s:g}s", unreachable=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout) as exc:
-            return _Failure(message=f"{endpoint.name}: {type(exc).__name__}", unreachable=True)
+            return _Failure(message=type(exc).__name__, unreachable=not answered.is_set())
         except httpx.HTTPError as exc:
-            return _Failure(message=f"{endpoint.name}: {type(exc).__name__}", unreachable=False)
+            return _Failure(message=type(exc).__name__, unreachable=False)
+
+    async def _fetch(self, *, url: str, answered: asyncio.Event) -> _Scrape | _Failure:
+        async with self._client.stream("GET", url) as response:
+            answered.set()
+            if response.status_code != httpx.codes.OK:
+                return _Failure(message=f"HTTP {response.status_code}", unreachable=False)
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding != "identity":
+                return _Failure(message=f"compressed page ({encoding[:16]})", unreachable=False)
+            body = bytearray()
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > self._max_body_bytes:
+                    message = f"/metrics page larger than {_size(self._max_body_bytes)}"
+                    return _Failure(message=message, unreachable=False)
         at = time.monotonic()
-        if response.status_code != httpx.codes.OK:
-            return _Failure(
-                message=f"{endpoint.name}: HTTP {response.status_code}", unreachable=False
-            )
-        series = await asyncio.to_thread(parse_exposition, text=response.text, names=self._names)
+        text = body.decode("utf-8", errors="replace")
+        del body
+        series = await asyncio.to_thread(parse_exposition, text=text, names=self._names)
         return _Scrape(series=series, at=at)
+
+
+def _size(count: int) -> str:
+    return f"{count / 1048576:g} MiB" if count >= 1048576 else f"{count} bytes"
 
 
 def _url(*, endpoint: Endpoint, port: int | None, path: str) -> str:

@@ -7,15 +7,22 @@ are tagged with a ``trimtab_candidate`` label so the preference order survives P
 ``or``. Sample age comes from ``timestamp()`` against Prometheus's own evaluation time, so a
 target that stopped being scraped reads as old, whatever the clocks say.
 prometheus-api-client is synchronous: every query runs in a worker thread, with a timeout.
+Its requests session is ours (:class:`_BoundedSession`): redirects are never followed (the
+token goes to the allowed URL and nowhere else) and no response is read past a size cap.
+Errors say what failed (the HTTP status, the exception's type), never the response body or
+the exception's text: Prometheus echoes a query back, a proxy may echo the headers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
@@ -23,6 +30,7 @@ from urllib3.util.retry import Retry
 from trimtab.api.records import Endpoint, PodName, PodSample, PoolKey
 from trimtab.errors import SourceUnavailable
 from trimtab.metrics.engines import EngineProfile, Selector, Signal, combine, hit_rate
+from trimtab.redaction import sanitize
 
 __all__ = ["PrometheusSource", "rate_window_for"]
 
@@ -31,6 +39,50 @@ _DIVISOR = ":divisor"
 """Suffix of the query key holding a signal's divisor gauge."""
 # rate() needs at least four scrapes in its window to be stable.
 _SCRAPES_PER_WINDOW = 4
+_DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+_STATUS = re.compile(r"^HTTP Status Code (\d{3})\b")
+_CHUNK_BYTES = 64 * 1024
+
+
+class ResponseTooLarge(requests.RequestException):
+    """A Prometheus answer over the size cap; the rest of it is never read."""
+
+
+class ResponseTooSlow(requests.RequestException):
+    """A Prometheus answer still arriving after the query's deadline."""
+
+
+class _BoundedSession(requests.Session):
+    """A session that follows no redirect and reads at most ``max_bytes`` of a body, for at
+    most ``deadline_s`` (requests' own timeout is per read: a trickle would never end)."""
+
+    def __init__(self, *, max_bytes: int, deadline_s: float) -> None:
+        super().__init__()
+        self._max_bytes = max_bytes
+        self._deadline_s = deadline_s
+
+    def get_redirect_target(self, resp: requests.Response) -> str | None:
+        # A 3xx is then the answer itself: it reaches the caller as a non-200 status.
+        return None
+
+    def request(self, method: str, url: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["stream"] = True
+        kwargs["allow_redirects"] = False
+        started = time.monotonic()
+        response: requests.Response = super().request(method, url, *args, **kwargs)
+        body = bytearray()
+        try:
+            for chunk in response.iter_content(chunk_size=_CHUNK_BYTES):
+                body += chunk
+                if len(body) > self._max_bytes:
+                    raise ResponseTooLarge(f"answer larger than {self._max_bytes} bytes")
+                if time.monotonic() - started > self._deadline_s:
+                    raise ResponseTooSlow(f"answer not complete within {self._deadline_s:g}s")
+        finally:
+            response.close()
+        # requests reads a streamed body into _content on first access; we did the reading.
+        response._content = bytes(body)
+        return response
 
 
 class _PromResult(TypedDict):
@@ -61,6 +113,7 @@ class PrometheusSource:
         namespace_label: str = "namespace",
         pod_label: str = "pod",
         rate_window_s: float = 60.0,
+        max_body_bytes: int = _DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._pool = pool
         self._profile = profile
@@ -70,11 +123,14 @@ class PrometheusSource:
         self._group = f"{namespace_label}, {pod_label}"
         self._scope = ((namespace_label, pool.namespace),)
         self._window = f"{round(rate_window_s * 1000)}ms"
+        self._secrets = () if bearer_token is None else (bearer_token,)
         headers = None if bearer_token is None else {"Authorization": f"Bearer {bearer_token}"}
+        session = _BoundedSession(max_bytes=max_body_bytes, deadline_s=timeout_s)
+        session.verify = not insecure_skip_verify
         self._client = PrometheusConnect(
             url=url.rstrip("/"),
             headers=headers,
-            disable_ssl=insecure_skip_verify,
+            session=session,
             # The next cycle is the retry; urllib3's default backoff would outlast the interval.
             retry=Retry(total=0),
             timeout=timeout_s,
@@ -155,12 +211,13 @@ class PrometheusSource:
                 query=query, params={"timeout": f"{round(self._timeout_s * 1000)}ms"}
             )
         except (OSError, ValueError, KeyError, TypeError, PrometheusApiClientException) as exc:
-            # requests' errors derive from OSError; the text is cut to keep tokens and
-            # long response bodies out of the logs.
+            # requests' errors derive from OSError.
             raise SourceUnavailable(
-                f"pool {self._pool}: Prometheus query failed at {self._url}: "
-                f"{type(exc).__name__}: {str(exc)[:256]}"
-            ) from exc
+                sanitize(
+                    f"pool {self._pool}: Prometheus query failed at {self._url}: {_what(exc)}",
+                    secrets=self._secrets,
+                )
+            ) from None
         if not isinstance(result, list):
             raise SourceUnavailable(f"pool {self._pool}: Prometheus answered no result list")
         return result
@@ -233,6 +290,18 @@ class PrometheusSource:
         # the evaluation time, which would make every sample look fresh.
         stamps = " or ".join(f"timestamp({self._selector(sel)})" for sel in signal.selectors)
         return f"max by ({self._group}) ({stamps})"
+
+
+def _what(exc: BaseException) -> str:
+    """What went wrong, without the text of the error (which may hold the body or a header)."""
+    if isinstance(exc, ResponseTooLarge | ResponseTooSlow):
+        return str(exc)
+    if isinstance(exc, PrometheusApiClientException):
+        status = _STATUS.match(str(exc))
+        code = status.group(1) if status else "?"
+        hint = " (redirects are not followed)" if code.startswith("3") else ""
+        return f"HTTP {code}{hint}"
+    return type(exc).__name__
 
 
 def _quote(value: str) -> str:

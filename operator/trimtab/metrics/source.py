@@ -37,12 +37,17 @@ class MetricsSource(Protocol):
 
 
 def build_source(
-    *, pool: PoolKey, spec: InferencePoolSpec, bearer_token: str | None = None
+    *,
+    pool: PoolKey,
+    spec: InferencePoolSpec,
+    bearer_token: str | None = None,
+    max_body_bytes: int = direct.DEFAULT_MAX_BODY_BYTES,
 ) -> MetricsSource:
     """The source a pool's spec asks for.
 
-    ``bearer_token`` is sent to Prometheus only (never to pods); the controller resolves it
-    from ``bearerTokenSecretRef`` or ``bearerTokenFile``.
+    ``bearer_token`` is sent to Prometheus only (never to pods); the caller resolves it from
+    ``tokenSource`` or ``bearerTokenSecretRef`` after checking the URL is allowed
+    (:mod:`trimtab.balancing.sources`). ``max_body_bytes`` bounds every response read.
     """
     metrics = spec.metrics
     profile = profile_for(
@@ -67,6 +72,7 @@ def build_source(
                 interval_s=float(metrics.interval),
                 scrape_interval_s=float(settings.scrape_interval),
             ),
+            max_body_bytes=max_body_bytes,
         )
     return direct.DirectSource(
         pool=pool,
@@ -74,4 +80,5 @@ def build_source(
         path=metrics.path,
         port=metrics.port,
         timeout_s=direct.timeout_for(interval_s=float(metrics.interval)),
+        max_body_bytes=max_body_bytes,
     )

@@ -58,7 +58,7 @@ def read_sample(*, sample: PodSample | None, settings: PolicySettings) -> Readin
     running = _clean(sample.running)
     waiting = _clean(sample.waiting)
     kv_usage = _clean(sample.kv_usage)
-    problem = None
+    problem = sample.problem
     if kv_usage is not None and kv_usage > 1.0:
         # A percent (85) read as a fraction would starve the pod: refuse it, loudly.
         problem = f"invalid metrics: KV usage {kv_usage:g} outside 0..1"

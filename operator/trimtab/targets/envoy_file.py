@@ -98,15 +98,21 @@ class _EdsContentTarget(abc.ABC):
 class EdsFileTarget(_EdsContentTarget):
     """Writes ``path`` by atomic rename; Envoy watches the file's directory."""
 
-    def __init__(self, *, cluster: str, path: Path) -> None:
+    def __init__(self, *, cluster: str, path: Path, max_bytes: int | None = None) -> None:
         super().__init__(cluster=cluster)
         self._path = path
+        self._max_bytes = max_bytes
 
     @property
     def name(self) -> str:
         return f"envoyFile:{self._path}"
 
     async def _publish(self, *, pool: PoolKey, content: str) -> str:
+        if self._max_bytes is not None and len(content.encode()) > self._max_bytes:
+            raise TargetSyncError(
+                f"not writing {self._path}: {len(content.encode())} bytes, over {self._max_bytes}",
+                reason=TargetReason.EDS_WRITE_FAILED,
+            )
         try:
             await asyncio.to_thread(write_atomically, self._path, content)
         except OSError as exc:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Layout", "MoveSlices", "Step", "WriteRefs", "CreateTiers", "plan_moves"]
+__all__ = ["CreateTiers", "Layout", "MoveSlices", "Step", "WriteRefs", "plan_moves"]
 
 Members = frozenset[str]
 """Endpoints of a tier (``ip:port`` strings); only their identity matters here."""

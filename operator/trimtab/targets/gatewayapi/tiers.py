@@ -14,6 +14,7 @@ slot (hence their Service) across regroupings by largest overlap.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -83,17 +84,17 @@ def _best_groups(weights: Mapping[PodName, int], *, k: int) -> list[list[PodName
         return squares[j] - squares[i] - s * s / (j - i)
 
     # best[m]: least cost of the first m values in the current number of groups.
-    best = [math.inf] * (n + 1)
-    for m in range(1, n + 1):
-        best[m] = cost(0, m)
+    best = [math.inf] + [cost(0, m) for m in range(1, n + 1)]
     cuts: list[list[int]] = [[0] * (n + 1)]
     for _ in range(1, k):
         nxt = [math.inf] * (n + 1)
         cut = [0] * (n + 1)
-
-        def solve(lo: int, hi: int, opt_lo: int, opt_hi: int) -> None:
+        # Divide and conquer: the best cut of prefix m never decreases with m.
+        pending = [(1, n, 0, n - 1)]
+        while pending:
+            lo, hi, opt_lo, opt_hi = pending.pop()
             if lo > hi:
-                return
+                continue
             mid = (lo + hi) // 2
             chosen, value = opt_lo, math.inf
             for c in range(opt_lo, min(mid - 1, opt_hi) + 1):
@@ -101,10 +102,8 @@ def _best_groups(weights: Mapping[PodName, int], *, k: int) -> list[list[PodName
                 if candidate < value:
                     chosen, value = c, candidate
             nxt[mid], cut[mid] = value, chosen
-            solve(lo, mid - 1, opt_lo, chosen)
-            solve(mid + 1, hi, chosen, opt_hi)
-
-        solve(1, n, 0, n - 1)
+            pending.append((lo, mid - 1, opt_lo, chosen))
+            pending.append((mid + 1, hi, chosen, opt_hi))
         best = nxt
         cuts.append(cut)
     bounds = [n]
@@ -112,7 +111,7 @@ def _best_groups(weights: Mapping[PodName, int], *, k: int) -> list[list[PodName
         bounds.append(cuts[level][bounds[-1]])
     bounds.append(0)
     bounds.reverse()
-    return [pods[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [pods[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _kept_groups(

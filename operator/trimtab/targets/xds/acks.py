@@ -36,16 +36,25 @@ _NODES_LISTED = 5  # a message names at most this many nodes, then "and N more"
 
 
 def clean_text(text: str, *, limit: int) -> str:
-    """``text`` with control and format characters replaced and cut to ``limit`` characters.
+    """``text`` on one line, without control or format characters, at most ``limit`` long.
 
-    Replacing (not deleting) keeps a forged line break visible as ``?`` instead of joining
-    the words around it; the cut is marked with an ellipsis so a reader knows text is missing.
+    Control characters become spaces and runs of whitespace one space, so a forged line break
+    cannot start a log line. A longer text keeps its head and its tail around an ellipsis:
+    Envoy puts the rejected proto first and the reason last.
     """
-    cleaned = "".join(
-        "?" if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp") else char
-        for char in text[: limit + 1]
+    bounded = text[: 64 * limit] if len(text) > 64 * limit else text
+    cleaned = " ".join(
+        "".join(
+            " " if unicodedata.category(char) in _UNPRINTABLE else char for char in bounded
+        ).split()
     )
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+    if len(cleaned) <= limit:
+        return cleaned
+    head = limit // 4
+    return f"{cleaned[:head]} … {cleaned[len(cleaned) - (limit - head - 3) :]}"
+
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
 @dataclass(frozen=True)
