@@ -102,13 +102,46 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
                 "source": "prometheus",
                 "prometheus": {
                     "url": "http://prom:9090",
-                    "bearerTokenFile": "/t",
+                    "tokenSource": "t",
                     "bearerTokenSecretRef": {"name": "s", "key": "k"},
                 },
             }
         ),
         "spec.metrics.prometheus",
         "not both",
+    ),
+    (
+        "token file named by the pool",
+        _with(
+            metrics={
+                "source": "prometheus",
+                "prometheus": {"url": "http://prom:9090", "bearerTokenFile": "/etc/passwd"},
+            }
+        ),
+        "spec.metrics.prometheus.bearerTokenFile",
+        "Extra inputs are not permitted",
+    ),
+    (
+        "token source not a name",
+        _with(
+            metrics={
+                "source": "prometheus",
+                "prometheus": {"url": "http://prom:9090", "tokenSource": "/var/run/token"},
+            }
+        ),
+        "spec.metrics.prometheus.tokenSource",
+        "should match pattern",
+    ),
+    (
+        "user and password in the url",
+        _with(
+            metrics={
+                "source": "prometheus",
+                "prometheus": {"url": "http://admin:hunter2@prom:9090"},
+            }
+        ),
+        "spec.metrics.prometheus.url",
+        "must not hold a user or password",
     ),
     (
         "budget over 100",
@@ -129,9 +162,23 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("empty target", _with(targets=[{}]), "spec.targets[0]", "exactly one of envoy"),
     (
         "two kinds in one target",
-        _with(targets=[{"envoy": {"cluster": "a"}, "gatewayAPI": {"httpRoute": "r"}}]),
+        _with(targets=[{"envoy": {"cluster": "a"}, "gatewayAPI": {"httpRoute": {"name": "r"}}}]),
         "spec.targets[0]",
         "exactly one of envoy",
+    ),
+    (
+        "gatewayAPI rule by name and index",
+        _with(
+            targets=[{"gatewayAPI": {"httpRoute": {"name": "r"}, "ruleName": "a", "ruleIndex": 1}}]
+        ),
+        "spec.targets[0].gatewayAPI",
+        "ruleName or ruleIndex, not both",
+    ),
+    (
+        "gatewayAPI too many tiers",
+        _with(targets=[{"gatewayAPI": {"httpRoute": {"name": "r"}, "tiers": 17}}]),
+        "spec.targets[0].gatewayAPI.tiers",
+        "less than or equal to 16",
     ),
     (
         "envoyFile without destination",

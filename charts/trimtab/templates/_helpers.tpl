@@ -77,9 +77,28 @@ app.kubernetes.io/part-of: trimtab
 {{- with .Values.xds.nodeIdPattern }}
 - {{ printf "--xds-node-id-pattern=%s" . | quote }}
 {{- end }}
+{{- range .Values.tenancy.prometheusUrls }}
+- {{ printf "--prometheus-url=%s%s" (ternary (printf "%s=" .namespace) "" (not (empty .namespace))) .url | quote }}
+{{- end }}
+{{- range .Values.tenancy.prometheusTokens }}
+- {{ printf "--prometheus-token=%s%s=%s" (ternary (printf "%s/" .namespace) "" (not (empty .namespace))) .name (.file | default (printf "/etc/trimtab/tokens/%s/%s" .name .key)) | quote }}
+{{- end }}
+{{- if .Values.rbac.readSecrets }}
+- --allow-secret-tokens
+{{- end }}
+{{- if .Values.tenancy.staticEndpoints }}
+- --allow-static-endpoints
+{{- end }}
+{{- with .Values.tenancy.envoyFileDir }}
+- {{ printf "--envoy-file-dir=%s" . | quote }}
+{{- end }}
+- --max-metrics-bytes={{ int .Values.tenancy.maxMetricsBytes }}
 # Every replica balances and serves xDS; the Lease (in $POD_NAMESPACE) picks the one that
 # writes status and events. Harmless with a single replica.
 - --leader-election
+{{- if .Values.targets.gatewayAPI.enabled }}
+- --gateway-api
+{{- end }}
 {{- range .Values.operator.extraArgs }}
 - {{ . | quote }}
 {{- end }}

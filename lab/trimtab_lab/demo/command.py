@@ -1,9 +1,11 @@
-"""``trimtab demo``: round-robin, least-request and trimtab on real processes, side by side.
+"""``trimtab demo``: round-robin, least-request, trimtab and trimtab's picker, side by side.
 
 It starts N replica emulators, a real Envoy and (for trimtab) the operator in local mode over
-xDS, replays one workload through each mode on cold replicas with live load bars, then prints
-a table and writes ``demo.json`` (the simulator's keys, model seconds) and ``demo.png``.
-``--scenario FILE`` runs a simulator scenario instead (the real-path benchmark uses it).
+xDS, for trimtab_picker with its endpoint picker behind Envoy's ext_proc, replays one workload
+through each mode on cold replicas with live load bars, then prints a table and writes
+``demo.json`` (the simulator's keys, model seconds) and ``demo.png``.
+``--scenario kv-bound`` replays the Mooncake trace's long prompts near saturation instead;
+``--scenario FILE`` runs a simulator scenario (the real-path benchmark uses it).
 Every process it started is stopped on exit, on failure and on Ctrl-C.
 """
 
@@ -23,14 +25,16 @@ from trimtab import tasks
 from trimtab_lab.demo.harness import DemoPlan, ModeRun, run_demo
 from trimtab_lab.demo.live import LiveState, progress_line, render
 from trimtab_lab.demo.plotting import ModeTrace, plot_demo
-from trimtab_lab.demo.stack import StackPlan
+from trimtab_lab.demo.stack import Mode, StackPlan
 from trimtab_lab.demo.workload import (
+    KV_BOUND_TRACE,
     DemoLoad,
     default_trace,
     demo_scenario,
     load_demo_scenario,
     replica_speeds,
     request_specs,
+    shared_trace,
     workload_of,
 )
 from trimtab_lab.processes import ComponentFailed
@@ -51,6 +55,13 @@ _FULL = (240.0, 3.0)
 _QUICK = (55.0, 3.0)
 # Wall seconds after the last arrival before open requests are cut.
 _DRAIN_S = 7.0
+KV_BOUND = "kv-bound"
+# The KV-bound option: the Mooncake conversation trace (prompts ~7k tokens; an A10G replica
+# holds ~40k tokens of KV, i.e. about five of them) at this share of the fleet's capacity.
+# Requests take ~13 model s each, so they get a longer drain (model s) before the cut.
+_KV_BOUND_UTILIZATION = 0.95
+_KV_BOUND_DRAIN_S = 90.0
+_UTILIZATION = 0.7
 # trimtab's metrics.interval in wall seconds, the floor the CRD allows. At time scale 3 this
 # is 0.3 model seconds: the simulator shows (conv trace, slow replica) 2.5 model-second-old
 # metrics lose trimtab its edge over least-request on the end-to-end tail.
@@ -73,8 +84,12 @@ _COLUMNS = (
     ("e2e_p50", "E2E p50"),
     ("e2e_p95", "E2E p95"),
     ("e2e_p99", "E2E p99"),
+    ("tpot_p99", "TPOT p99"),
+    ("throughput_tokens_per_s", "tok/s"),
+    ("preemptions", "preempt"),
     ("imbalance", "imbalance"),
     ("completed", "done"),
+    ("rejected", "refused"),
     ("unfinished", "cut"),
     ("errors", "err"),
 )
@@ -104,7 +119,12 @@ _COLUMNS = (
     show_default=True,
 )
 @click.option("--mix", type=click.Choice(["classic"]), help="Replay the classic mix instead.")
-@click.option("--utilization", type=click.FloatRange(0.05, 3.0), default=0.7, show_default=True)
+@click.option(
+    "--utilization",
+    type=click.FloatRange(0.05, 3.0),
+    help=f"Share of the fleet's capacity (default {_UTILIZATION}; {KV_BOUND}: "
+    f"{_KV_BOUND_UTILIZATION}).",
+)
 @click.option(
     "--time-scale",
     type=click.FloatRange(0.01, 100.0),
@@ -113,9 +133,10 @@ _COLUMNS = (
 @click.option("--duration", type=click.FloatRange(1.0), help="Model seconds of arrivals.")
 @click.option(
     "--scenario",
-    "scenario_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Run this simulator scenario's fleet and workload (overrides the load options).",
+    "scenario_name",
+    metavar=f"{KV_BOUND}|FILE",
+    help=f"{KV_BOUND}: long prompts from the Mooncake trace near saturation (KV-bound); FILE: "
+    "run this simulator scenario's fleet and workload (overrides the load options).",
 )
 @click.option(
     "--out",
@@ -134,32 +155,45 @@ def demo(
     trace: Path | None,
     trace_format: str,
     mix: str | None,
-    utilization: float,
+    utilization: float | None,
     time_scale: float | None,
     duration: float | None,
-    scenario_file: Path | None,
+    scenario_name: str | None,
     out: Path,
     prometheus: bool,
     seed: int,
 ) -> None:
-    """Compare round-robin, least-request and trimtab on real Envoy and emulated replicas."""
+    """Compare round-robin, least-request, trimtab and its picker on real Envoy and emulators."""
     preset_duration, preset_scale = _QUICK if quick else _FULL
     scale = time_scale or preset_scale
-    if scenario_file is not None:
+    kv_bound = scenario_name == KV_BOUND
+    if scenario_name is not None and not kv_bound:
+        scenario_file = Path(scenario_name)
+        if not scenario_file.is_file():
+            raise click.BadParameter(
+                f"neither {KV_BOUND!r} nor a scenario file", param_hint="--scenario"
+            )
         scenario = load_demo_scenario(scenario_file)
     else:
         chosen = None if mix else (trace or default_trace())
+        chosen_format = TraceFormat(trace_format)
+        if kv_bound:
+            chosen, chosen_format = shared_trace(KV_BOUND_TRACE), TraceFormat.MOONCAKE
+            if chosen is None:
+                raise click.ClickException(f"{KV_BOUND} needs ../shared/traces/{KV_BOUND_TRACE}")
         scenario = demo_scenario(
             DemoLoad(
                 replicas=replicas,
                 slow_speed=slow_speed,
                 profile=profile,
                 trace=chosen,
-                trace_format=TraceFormat(trace_format),
-                utilization=utilization,
+                trace_format=chosen_format,
+                utilization=utilization or (_KV_BOUND_UTILIZATION if kv_bound else _UTILIZATION),
                 duration_s=duration or preset_duration,
                 seed=seed,
                 decide_interval_s=_METRICS_INTERVAL_S * scale,
+                drain_s=_KV_BOUND_DRAIN_S if kv_bound else _DRAIN_S * scale,
+                name=KV_BOUND if kv_bound else "demo",
             )
         )
     console = Console(stderr=True)
@@ -173,9 +207,18 @@ def demo(
 
 
 def run_and_report(
-    *, scenario: Scenario, time_scale: float, out: Path, prometheus: bool, console: Console
+    *,
+    scenario: Scenario,
+    time_scale: float,
+    out: Path,
+    prometheus: bool,
+    console: Console,
+    modes: tuple[Mode, ...] = tuple(Mode),
 ) -> dict[str, Any]:
-    """Run every mode, write ``demo.json`` and ``demo.png`` into ``out``; return the JSON."""
+    """Run ``modes``, write ``demo.json`` and ``demo.png`` into ``out``; return the JSON.
+
+    Open requests are cut the scenario's ``drain`` after the last arrival.
+    """
     workload = workload_of(scenario)
     if len(workload) == 0:
         raise click.ClickException("the workload has no requests; raise --duration")
@@ -191,8 +234,9 @@ def run_and_report(
             prometheus=prometheus,
         ),
         requests=requests,
-        deadline_s=requests[-1].arrival_s + _DRAIN_S,
+        deadline_s=requests[-1].arrival_s + scenario.drain / time_scale,
         out=out,
+        modes=modes,
     )
     out.mkdir(parents=True, exist_ok=True)
     live = LiveState()
@@ -293,7 +337,10 @@ def _print_table(payload: dict[str, Any], *, console: Console) -> None:
         columns=_COLUMNS,
     )
     console.print(table)
-    console.print("errors: answers other than a stream (503s included); cut: open at the deadline")
+    console.print(
+        "refused: 503 (no endpoint) and 429 (shed by the picker's queue); err: other answers "
+        "that were not a stream; cut: open at the deadline"
+    )
     for name, result in payload["policies"].items():
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in result["cpu"].items())
         console.print(f"CPU cores used during {name}: {cpu}")

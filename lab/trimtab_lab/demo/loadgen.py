@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from trimtab.picker.protocol import PROMPT_TOKENS_HEADER
+
 __all__ = ["Outcome", "RequestSpec", "replay"]
 
 _DATA = b"data:"
@@ -65,6 +67,8 @@ async def _one(
         "max_tokens": spec.output_tokens,
         "stream": True,
     }
+    # The picker sizes a request's KV footprint from this header (the body's prompt is a stub).
+    headers = {PROMPT_TOKENS_HEADER: str(spec.prompt_tokens)}
     sent = loop.time()
     ttft: float | None = None
 
@@ -79,7 +83,7 @@ async def _one(
         )
 
     try:
-        async with client.stream("POST", url, json=body) as response:
+        async with client.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code != 200:
                 await response.aread()
                 return unfinished(status=response.status_code, error=response.text[:200])

@@ -3,9 +3,12 @@
 Round-robin and least-request run Envoy with a static cluster of the replicas and Envoy's own
 ``lb_policy`` (least-request with its defaults: two choices, bias 1). The trimtab mode runs
 ``trimtab run --local`` on a generated pools file and an Envoy that takes the cluster over ADS,
-optionally with a real Prometheus as trimtab's metrics source. Everything is started in the
-caller's :class:`~trimtab_lab.processes.ProcessGroup`, listens on 127.0.0.1 only, and must
-answer before the stack counts as up; a missing piece raises ``ComponentFailed`` naming it.
+optionally with a real Prometheus as trimtab's metrics source. The trimtab_picker mode adds
+trimtab's endpoint picker (``--picker-port``, the pool's ``admission.mode: picker``) and an
+Envoy bootstrapped with it (``envoy-bootstrap --picker``), failing open to the weights.
+Everything is started in the caller's :class:`~trimtab_lab.processes.ProcessGroup`, listens on
+127.0.0.1 only, and must answer before the stack counts as up; a missing piece raises
+``ComponentFailed`` naming it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ _POOL = {"namespace": "demo", "name": "demo"}
 _CLI = "from trimtab.commands.main import main; main()"
 # Static clusters must not shed load: the comparison is about placement, not admission.
 _UNLIMITED = 1_000_000
+# Envoy's health checks of the picker (wall s): until one passes, requests fail open.
+_PICKER_HEALTH_S = 0.5
+_HEALTHY = {"eds_health_status": "HEALTHY"}
 
 
 class Mode(enum.StrEnum):
@@ -43,6 +49,7 @@ class Mode(enum.StrEnum):
     ROUND_ROBIN = "round_robin"
     LEAST_REQUEST = "least_request"
     TRIMTAB = "trimtab"
+    TRIMTAB_PICKER = "trimtab_picker"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,11 +131,12 @@ async def start_stack(
     for url in urls:
         await group.wait_http(emulators, url=f"{url}/health", timeout_s=ready_s)
     (listener,) = free_ports(1)
-    if mode is Mode.TRIMTAB:
+    picker = mode is Mode.TRIMTAB_PICKER
+    if mode in (Mode.TRIMTAB, Mode.TRIMTAB_PICKER):
         source = await _metrics_source(
             group=group, plan=plan, ports=ports, workdir=workdir, pids=pids, notes=notes
         )
-        pool = _pool(plan=plan, ports=ports, source=source)
+        pool = _pool(plan=plan, ports=ports, source=source, picker=picker)
         bootstrap = await _start_trimtab(
             group=group,
             pool=pool,
@@ -136,6 +144,7 @@ async def start_stack(
             listener=listener,
             pids=pids,
             ready_s=ready_s,
+            picker=picker,
         )
     else:
         bootstrap = _static_bootstrap(mode=mode, ports=ports, listener=listener)
@@ -146,6 +155,7 @@ async def start_stack(
         pids=pids,
         replicas=len(ports),
         ready_s=ready_s,
+        picker=picker,
     )
     return Stack(
         replica_urls=urls,
@@ -166,7 +176,9 @@ def _prometheus_binary() -> str | None:
     return found
 
 
-def _pool(*, plan: StackPlan, ports: Sequence[int], source: dict[str, Any]) -> dict[str, Any]:
+def _pool(
+    *, plan: StackPlan, ports: Sequence[int], source: dict[str, Any], picker: bool
+) -> dict[str, Any]:
     interval_ms = max(100, round(plan.metrics_interval_s * 1000))
     return {
         "apiVersion": "trimtab.io/v1alpha1",
@@ -186,6 +198,9 @@ def _pool(*, plan: StackPlan, ports: Sequence[int], source: dict[str, Any]) -> d
             },
             "policy": plan.policy,
             "targets": [{"envoy": {"cluster": CLUSTER}}],
+            # The admission defaults otherwise: the KV size comes from the emulators'
+            # vllm:cache_config_info, as from a real vLLM.
+            "admission": {"mode": "picker" if picker else "off"},
         },
     }
 
@@ -246,13 +261,19 @@ async def _start_trimtab(
     listener: int,
     pids: dict[str, int],
     ready_s: float,
+    picker: bool,
 ) -> dict[str, Any]:
     from trimtab.api.validation import parse_pool
-    from trimtab.targets.bootstrap import BootstrapOptions, build_bootstrap, clusters_from_pools
+    from trimtab.targets.bootstrap import (
+        BootstrapOptions,
+        PickerOptions,
+        build_bootstrap,
+        clusters_from_pools,
+    )
 
     pools_path = workdir / "pools.yaml"
     pools_path.write_text(yaml.safe_dump(pool, sort_keys=False))
-    xds, metrics = free_ports(2)
+    xds, metrics, picker_port = free_ports(3)
     running = await group.start(
         name="trimtab",
         argv=[
@@ -260,6 +281,7 @@ async def _start_trimtab(
             *("-c", _CLI, "run", "--local", str(pools_path)),
             *("--xds-port", str(xds), "--metrics-port", str(metrics)),
             *("--status-file", str(workdir / "status.json")),
+            *(("--picker-port", str(picker_port)) if picker else ()),
         ],
         env={"PYTHONUNBUFFERED": "1"},
     )
@@ -273,6 +295,11 @@ async def _start_trimtab(
         # Envoy reports the admin port it bound; the runner reads it.
         admin_port=0,
         node_id="demo",
+        picker=(
+            PickerOptions(host="127.0.0.1", port=picker_port, health_interval_s=_PICKER_HEALTH_S)
+            if picker
+            else None
+        ),
     )
     return build_bootstrap(options)
 
@@ -334,12 +361,15 @@ async def _start_envoy(
     pids: dict[str, int],
     replicas: int,
     ready_s: float,
+    picker: bool,
 ) -> None:
     envoy = EnvoyProcess(bootstrap=bootstrap, workdir=workdir, group=group)
     try:
         await envoy.start(ready_within=ready_s)
         pids["envoy"] = envoy.pid
         await _wait_hosts(envoy=envoy, group=group, replicas=replicas, ready_s=ready_s)
+        if picker:
+            await _wait_picker(envoy=envoy, group=group, ready_s=ready_s)
     finally:
         # Only the admin client: the group stops Envoy when the mode ends.
         await envoy.client.aclose()
@@ -362,4 +392,27 @@ async def _wait_hosts(
     raise ComponentFailed(
         f"envoy: cluster {CLUSTER!r} has {seen} of {replicas} hosts after {ready_s:.0f}s "
         f"(trimtab's xDS did not deliver them?); logs end with:\n{tails}"
+    )
+
+
+async def _wait_picker(*, envoy: EnvoyProcess, group: ProcessGroup, ready_s: float) -> None:
+    """Wait until Envoy's health checks pass the picker, else every request fails open."""
+    from trimtab.targets.bootstrap import PICKER_CLUSTER
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ready_s
+    while loop.time() < deadline:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            data = (await envoy.client.get(f"{envoy.admin_url}/clusters?format=json")).json()
+            for status in data["cluster_statuses"]:
+                if status["name"] == PICKER_CLUSTER:
+                    hosts = status.get("host_statuses", [])
+                    # A host that passed its health check has only eds_health_status HEALTHY.
+                    if hosts and all(h["health_status"] == _HEALTHY for h in hosts):
+                        return
+        await asyncio.sleep(0.1)
+    tails = "\n".join(f"--- {r.name}:\n{r.log_tail()[-600:]}" for r in group.running)
+    raise ComponentFailed(
+        f"envoy: the picker cluster {PICKER_CLUSTER!r} is not healthy after {ready_s:.0f}s "
+        f"(trimtab's picker not ready?); logs end with:\n{tails}"
     )

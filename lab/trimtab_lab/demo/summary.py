@@ -5,8 +5,10 @@ through :mod:`trimtab_lab.stats`): ``ttft_p99``, ``e2e_p50``, ... in seconds of 
 (wall seconds times the time scale), ``imbalance`` as the time average of max/mean KV usage
 over busy samples. As in the simulator, a request
 cut by the run's deadline counts with the time it had waited (a lower bound), so a balancer
-cannot look better by never finishing. The demo cannot see engine queue time: ``queue_*`` are
-``None``. ``errors`` counts every answer that was neither a stream nor a cut.
+cannot look better by never finishing. TPOT is ``(e2e - ttft) / (output - 1)`` of completed
+requests of two or more output tokens. The demo cannot see engine queue time: ``queue_*`` are
+``None``. ``rejected`` counts 503s and the picker's 429s (the simulator's refusals),
+``errors`` every other answer that was neither a stream nor a cut.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from trimtab_lab.demo.watching import Sample
 from trimtab_lab.stats import Percentiles, imbalance
 
 __all__ = ["summarise_mode"]
+
+# No endpoint ready (503), shed by the picker's queue (429).
+_REFUSED = (503, 429)
 
 
 def summarise_mode(
@@ -36,6 +41,7 @@ def summarise_mode(
     """
     ttft: list[float] = []
     e2e: list[float] = []
+    tpot: list[float] = []
     completed = rejected = too_long = unfinished = errors = tokens = 0
     for outcome in outcomes:
         if outcome.ok and outcome.e2e_s is not None:
@@ -43,12 +49,15 @@ def summarise_mode(
             tokens += outcome.output_tokens
             e2e.append(outcome.e2e_s * time_scale)
             ttft.append((outcome.ttft_s or outcome.e2e_s) * time_scale)
+            if outcome.ttft_s is not None and outcome.output_tokens >= 2:
+                decode_s = outcome.e2e_s - outcome.ttft_s
+                tpot.append(decode_s * time_scale / (outcome.output_tokens - 1))
         elif outcome.status == -1:
             unfinished += 1
             waited = max(0.0, deadline_s - outcome.arrival_s) * time_scale
             e2e.append(waited)
             ttft.append(outcome.ttft_s * time_scale if outcome.ttft_s is not None else waited)
-        elif outcome.status == 503:
+        elif outcome.status in _REFUSED:
             rejected += 1
         elif outcome.status == 400:
             too_long += 1
@@ -64,6 +73,7 @@ def summarise_mode(
         "policy": policy,
         **Percentiles.of(ttft).flat("ttft"),
         **Percentiles.of(e2e).flat("e2e"),
+        **Percentiles.of(tpot).flat("tpot"),
         **Percentiles.of([]).flat("queue"),
         "throughput_tokens_per_s": tokens / run_s if run_s > 0 else 0.0,
         "imbalance": imbalance([[r.kv for r in s.replicas] for s in samples]),

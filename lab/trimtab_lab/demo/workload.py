@@ -25,17 +25,26 @@ from trimtab_lab.sim.workloads import (
 
 __all__ = [
     "DEMO_POLICIES",
+    "KV_BOUND_TRACE",
     "DemoLoad",
     "default_trace",
     "demo_scenario",
     "load_demo_scenario",
     "replica_speeds",
     "request_specs",
+    "shared_trace",
     "workload_of",
 ]
 
-DEMO_POLICIES = (PolicyName.ROUND_ROBIN, PolicyName.LEAST_REQUEST, PolicyName.TRIMTAB)
+DEMO_POLICIES = (
+    PolicyName.ROUND_ROBIN,
+    PolicyName.LEAST_REQUEST,
+    PolicyName.TRIMTAB,
+    PolicyName.TRIMTAB_PICKER,
+)
 _DEFAULT_TRACE = "azure-llm-2023-conv.csv"
+KV_BOUND_TRACE = "mooncake-conversation.jsonl"
+"""Long prompts (median ~7k tokens): the KV-bound scenario's trace in ``../shared/traces``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,13 +63,21 @@ class DemoLoad:
     seed: int
     decide_interval_s: float
     """Model seconds between trimtab's decisions (its ``metrics.interval`` times the scale)."""
+    drain_s: float
+    """Model seconds after the last arrival before open requests are cut."""
+    name: str = "demo"
 
 
 def default_trace() -> Path | None:
     """The Azure conversation trace in ``../shared/traces`` beside the checkout, if present."""
-    # operator/trimtab/demo/workload.py -> the checkout is three folders up.
+    return shared_trace(_DEFAULT_TRACE)
+
+
+def shared_trace(name: str) -> Path | None:
+    """The trace ``name`` in ``../shared/traces`` beside the checkout, if present."""
+    # lab/trimtab_lab/demo/workload.py -> the checkout is three folders up.
     checkout = Path(__file__).resolve().parents[3]
-    candidate = checkout.parent / "shared" / "traces" / _DEFAULT_TRACE
+    candidate = checkout.parent / "shared" / "traces" / name
     return candidate if candidate.is_file() else None
 
 
@@ -76,9 +93,10 @@ def demo_scenario(load: DemoLoad) -> Scenario:
         overrides.append({"replica": load.replicas - 1, "speed": load.slow_speed})
     return parse_scenario(
         {
-            "name": "demo",
+            "name": load.name,
             "seed": load.seed,
             "duration": load.duration_s,
+            "drain": load.drain_s,
             "sample_interval": 0.5,
             "fleet": {"replicas": load.replicas, "profile": load.profile, "overrides": overrides},
             "workload": workload,

@@ -46,6 +46,9 @@ class PolicyResult:
     searched."""
     goodput_rate_per_s: float | None = None
     """That multiplier times the scenario's offered request rate."""
+    prefix_hit_rate: float | None = None
+    """Share of prompt tokens looked up in the prefix caches that were found cached; ``None``
+    while prefix caching is off."""
 
     def to_json(self) -> dict[str, float | int | str | None]:
         """Flat JSON object: ``ttft_p99``, ``e2e_p50``, ``queue_p99``, ... (seconds)."""
@@ -82,6 +85,9 @@ def summarise(*, policy: str, record: RunRecord, duration_s: float) -> PolicyRes
         rejected=int(np.sum(status == RequestStatus.REJECTED)),
         too_long=int(np.sum(status == RequestStatus.TOO_LONG)),
         unfinished=int(np.sum(status == RequestStatus.UNFINISHED)),
+        prefix_hit_rate=(
+            record.prefix_hits / record.prefix_queries if record.prefix_queries else None
+        ),
     )
 
 

@@ -25,6 +25,7 @@ from trimtab_lab.sim.envoy import LbAlgorithm
 from trimtab_lab.sim.errors import ScenarioError
 from trimtab_lab.sim.oracle import Oracle
 from trimtab_lab.sim.picker_balancer import PickerBalancer
+from trimtab_lab.sim.prefix_running import PREFIX_POLICIES, build_prefix_workload, prefix_balancer
 from trimtab_lab.sim.results import PolicyResult, summarise
 from trimtab_lab.sim.scenario import PolicyName, Scenario
 from trimtab_lab.sim.trimtab_balancer import Observation, TrimtabBalancer
@@ -94,6 +95,14 @@ def build_workload(
     spec = scenario.workload
     replicas = fleet_specs(scenario)
     duration = scenario.duration
+    if spec.conversations is not None or spec.shared_prefix is not None:
+        return build_prefix_workload(
+            spec=spec,
+            replicas=replicas,
+            duration_s=duration,
+            seed=seed,
+            rate_multiplier=rate_multiplier,
+        )
     if spec.trace is not None:
         path = spec.trace.path if spec.trace.path.is_absolute() else base_dir / spec.trace.path
         trace = read_trace(path=path, trace_format=TraceFormat(spec.trace.format))
@@ -192,6 +201,15 @@ def _balancer(*, policy: PolicyName, scenario: Scenario, hosts: int, seed: int) 
         delay_s=spec.delay,
         rate_window_s=spec.rate_window,
     )
+    if policy in PREFIX_POLICIES:
+        return prefix_balancer(
+            policy=policy,
+            scenario=scenario,
+            hosts=hosts,
+            rng=rng,
+            settings=policy_settings(scenario),
+            observation=observation,
+        )
     if policy is PolicyName.TRIMTAB_PICKER:
         return PickerBalancer(
             hosts=hosts,
@@ -214,7 +232,8 @@ def run_policy(
 ) -> PolicyRun:
     """Simulate one balancer on ``workload`` with a fresh fleet."""
     specs = fleet_specs(scenario)
-    replicas = [Replica(profile=s.profile, speed=s.speed) for s in specs]
+    block = workload.prefix_block_tokens if scenario.fleet.prefix_caching else None
+    replicas = [Replica(profile=s.profile, speed=s.speed, prefix_block_tokens=block) for s in specs]
     record = simulate(
         replicas=replicas,
         workload=workload,

@@ -27,6 +27,7 @@ from pydantic import (
 from trimtab.api.durations import parse_duration
 from trimtab_lab.replica import PROFILE_NAMES
 from trimtab_lab.sim.errors import ScenarioError
+from trimtab_lab.sim.prefix_specs import AffinitySpec, ConversationSpec, SharedPrefixSpec
 from trimtab_lab.sim.workloads import TraceFormat
 
 __all__ = ["PolicyName", "Scenario", "load_scenario", "parse_scenario"]
@@ -52,6 +53,10 @@ class PolicyName(enum.StrEnum):
     IDEAL = "ideal"
     TRIMTAB_PICKER = "trimtab_picker"
     ORACLE = "oracle"
+    PREFIX_SCORER = "prefix_scorer"
+    RING_HASH = "ring_hash"
+    TRIMTAB_RING = "trimtab_ring"
+    IDEAL_PREFIX = "ideal_prefix"
 
 
 class _Strict(BaseModel):
@@ -70,6 +75,8 @@ class FleetSpec(_Strict):
     replicas: int = Field(ge=1, le=10_000)
     profile: str = "llama3-8b-h100"
     overrides: list[ReplicaOverride] = Field(default_factory=list)
+    prefix_caching: bool = False
+    """Engines cache prompt prefixes (vLLM APC, SGLang radix cache) at the workload's blocks."""
 
     @model_validator(mode="after")
     def _check(self) -> FleetSpec:
@@ -113,6 +120,8 @@ class ArrivalSpec(_Strict):
 class WorkloadSpec(_Strict):
     trace: TraceSpec | None = None
     mix: Literal["classic"] | list[ClassSpec] | None = None
+    conversations: ConversationSpec | None = None
+    shared_prefix: SharedPrefixSpec | None = None
     arrivals: ArrivalSpec = Field(default_factory=ArrivalSpec)
     utilization: float | None = Field(default=None, gt=0, le=10)
     rate: float | None = Field(default=None, gt=0)
@@ -120,12 +129,15 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
-        if (self.trace is None) == (self.mix is None):
-            raise ValueError("give exactly one of 'trace' and 'mix'")
+        kinds = (self.trace, self.mix, self.conversations, self.shared_prefix)
+        if sum(kind is not None for kind in kinds) != 1:
+            raise ValueError(
+                "give exactly one of 'trace', 'mix', 'conversations' and 'shared_prefix'"
+            )
         if self.utilization is not None and self.rate is not None:
             raise ValueError("give 'utilization' or 'rate', not both")
-        if self.mix is not None and self.utilization is None and self.rate is None:
-            raise ValueError("a mix needs 'utilization' or 'rate'")
+        if self.trace is None and self.utilization is None and self.rate is None:
+            raise ValueError("a generated workload needs 'utilization' or 'rate'")
         if self.trace is not None and self.rate is not None:
             raise ValueError("a trace takes 'utilization' (or nothing to replay as recorded)")
         return self
@@ -176,6 +188,7 @@ class Scenario(_Strict):
     )
     trimtab: TrimtabSpec = Field(default_factory=TrimtabSpec)
     slo: SloSpec = Field(default_factory=SloSpec)
+    affinity: AffinitySpec = Field(default_factory=AffinitySpec)
 
 
 def parse_scenario(data: object, *, path: Path | None = None) -> Scenario:

@@ -32,16 +32,33 @@ LONGEST = 7 * 24 * 3600.0
 """No duration in trimtab's API means more than a week; larger ones are typos or attacks."""
 
 
+_SHOWN = 32
+"""Characters of a refused duration quoted back: a megabyte of input must not become a
+megabyte of status message, event and log line."""
+LONGEST_TEXT = 64
+"""No real duration is longer ("1h59m59s999ms" is 13); a longer one ("1ms" x 300,000 is valid
+syntax) would be stored and quoted back in every status."""
+
+
 def parse_duration(text: str) -> float:
     """Seconds in a Kubernetes/Go-style duration such as ``"1m30s"`` or ``"500ms"``."""
+    if len(text) > LONGEST_TEXT:
+        raise ValueError(
+            f"duration {_shown(text)} is longer than {LONGEST_TEXT} characters; write e.g. 1m30s"
+        )
     if not _WHOLE.match(text):
         raise ValueError(
-            f"invalid duration {text!r}: use a number with a unit ms, s, m or h, e.g. 500ms, 2s, 1m"
+            f"invalid duration {_shown(text)}: use a number with a unit ms, s, m or h, "
+            "e.g. 500ms, 2s, 1m"
         )
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
     if not seconds <= LONGEST:
-        raise ValueError(f"duration {text[:32]!r} is longer than a week")
+        raise ValueError(f"duration {_shown(text)} is longer than a week")
     return seconds
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN else f"{text[:_SHOWN]!r}... ({len(text)} characters)"
 
 
 def format_duration(seconds: float) -> str:
@@ -99,7 +116,7 @@ class DurationValue(float):
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {"type": "string", "pattern": DURATION_PATTERN}
+        return {"type": "string", "pattern": DURATION_PATTERN, "maxLength": LONGEST_TEXT}
 
 
 Duration = Annotated[DurationValue, "duration"]

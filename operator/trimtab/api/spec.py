@@ -19,13 +19,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from trimtab.api.durations import Duration, DurationRange, DurationValue, parse_duration
+from trimtab.api.durations import Duration, DurationRange, DurationValue
 
 __all__ = [
     "AdmissionMode",
@@ -391,14 +390,14 @@ class PolicySpec(_Model):
     cap_headroom: float = Field(
         default=0.25, ge=0, le=10, description="Adaptive caps: slack above the sustainable batch."
     )
-    slow_start: Duration = Field(
+    slow_start: Annotated[Duration, DurationRange(at_most="1h")] = Field(
         default=DurationValue("60s"),
         description="Ramp-up time of a newly Ready pod's weight; 0s: off.",
     )
     slow_start_min_fraction: float = Field(
         default=0.1, gt=0, le=1, description="Share of its weight a new pod starts at."
     )
-    stale_decay: Duration = Field(
+    stale_decay: Annotated[Duration, DurationRange(at_most="1h")] = Field(
         default=DurationValue("10s"),
         description="Time constant of a stale pod's decay to equal weight.",
     )
@@ -421,7 +420,7 @@ class PolicySpec(_Model):
         description="Exponent of the decode-speed factor: a pod decoding each sequence slower "
         "than the pool's best gets less weight; 0: off.",
     )
-    smoothing: Duration = Field(
+    smoothing: Annotated[Duration, DurationRange(at_most="10m")] = Field(
         default=DurationValue("30s"), description="Time constant of weight smoothing; 0s: none."
     )
     min_weight_change: float = Field(
@@ -460,14 +459,6 @@ class PolicySpec(_Model):
         le=100_000_000,
         description="Cluster-wide bound of Envoy's pending queue; overflow is a 503.",
     )
-
-    @field_validator("slow_start", "stale_decay", "smoothing")
-    @classmethod
-    def _not_too_long(cls, value: DurationValue, info: ValidationInfo) -> DurationValue:
-        limit = "10m" if info.field_name == "smoothing" else "1h"
-        if value > parse_duration(limit):
-            raise ValueError(f"{value.text} is too long: use at most {limit}")
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

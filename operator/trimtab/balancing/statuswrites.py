@@ -42,6 +42,7 @@ def with_decision(
                 running=sample.running,
                 waiting=sample.waiting,
                 kv_usage=sample.kv_usage,
+                prefix_hit_rate=sample.prefix_hit_rate,
                 state=str(pod.state),
                 reason=pod.reason,
             )

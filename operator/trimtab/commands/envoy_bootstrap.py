@@ -4,15 +4,20 @@ Clusters come from ``--cluster NAME`` (repeatable, default policy and retry sett
 ``--pools FILE`` (InferencePool manifests; their envoy/envoyFile targets, policy and retry).
 ``--picker HOST:PORT`` adds the ext_proc call to trimtab's endpoint picker, failing open to the
 weights; with ``--pools`` only pools whose ``admission.mode`` is ``picker`` go through it.
+``--namespaced-clusters`` names a pool's ``envoy`` clusters ``<namespace>/<cluster>``, as the
+operator serves them in a cluster (docs/envoy.md); local mode serves the plain names.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
 import yaml
 
+from trimtab.api.resource import InferencePool
 from trimtab.api.validation import parse_pool
 from trimtab.errors import SpecInvalid
 from trimtab.targets.bootstrap import (
@@ -23,8 +28,23 @@ from trimtab.targets.bootstrap import (
     clusters_from_pools,
     render_bootstrap,
 )
+from trimtab.targets.factory import xds_cluster_name
 
 __all__ = ["envoy_bootstrap"]
+
+
+def _pool_clusters(pools: Iterable[InferencePool], *, namespaced: bool) -> list[BootstrapCluster]:
+    found: list[BootstrapCluster] = []
+    for pool in pools:
+        named = [t for t in pool.spec.targets if t.envoy is not None or t.envoy_file is not None]
+        for target, cluster in zip(named, clusters_from_pools([pool]), strict=True):
+            if target.envoy is not None:
+                name = xds_cluster_name(
+                    namespace=pool.metadata.namespace, cluster=cluster.name, namespaced=namespaced
+                )
+                cluster = dataclasses.replace(cluster, name=name)
+            found.append(cluster)
+    return found
 
 
 def _split_address(address: str, *, option: str = "--xds-address") -> tuple[str, int]:
@@ -73,6 +93,12 @@ def _split_address(address: str, *, option: str = "--xds-address") -> tuple[str,
 @click.option("--xds-tls-cert", help="Envoy's client certificate for xDS mTLS (path Envoy reads).")
 @click.option("--xds-tls-key", help="Private key of --xds-tls-cert (path Envoy reads).")
 @click.option("--xds-ca", help="CA of trimtab's xDS server certificate (path Envoy reads).")
+@click.option(
+    "--namespaced-clusters",
+    is_flag=True,
+    help="With --pools: name envoy targets' clusters <namespace>/<cluster>, as the operator "
+    "serves them in a cluster (not in local mode).",
+)
 def envoy_bootstrap(
     *,
     xds_address: str,
@@ -88,13 +114,15 @@ def envoy_bootstrap(
     xds_tls_cert: str | None,
     xds_tls_key: str | None,
     xds_ca: str | None,
+    namespaced_clusters: bool,
 ) -> None:
     """Print an Envoy bootstrap that gets its pools' clusters from trimtab."""
     chosen = [BootstrapCluster(name=name) for name in clusters]
     if pools_file is not None:
         try:
             documents = [d for d in yaml.safe_load_all(pools_file.read_text()) if d]
-            chosen.extend(clusters_from_pools(parse_pool(d) for d in documents))
+            pools = [parse_pool(d) for d in documents]
+            chosen.extend(_pool_clusters(pools, namespaced=namespaced_clusters))
         except (yaml.YAMLError, SpecInvalid) as exc:
             raise click.ClickException(f"{pools_file}: {exc}") from exc
     if not chosen:

@@ -129,6 +129,12 @@ _Main = Callable[[asyncio.Event], Awaitable[None]]
     help="Largest metrics page read from a pod, or answer from Prometheus; larger: that pod "
     "(or that read) is stale.",
 )
+@click.option(
+    "--gateway-api",
+    is_flag=True,
+    help="Serve gatewayAPI targets: write HTTPRoute backendRefs and per-tier Services and "
+    "EndpointSlices (needs the chart's targets.gatewayAPI.enabled RBAC).",
+)
 def run(
     *,
     namespaces: tuple[str, ...],
@@ -154,6 +160,7 @@ def run(
     allow_static_endpoints: bool,
     envoy_file_dir: Path | None,
     max_metrics_bytes: int,
+    gateway_api: bool,
 ) -> None:
     """Balance InferencePools: in a cluster (kopf), or locally with --local."""
     xds_security = _xds_security(
@@ -211,6 +218,7 @@ def run(
         lease_namespace=lease_namespace,
         source_settings=source_settings,
         target_settings=TargetSettings(envoy_file_dir=envoy_file_dir, namespaced_clusters=True),
+        gateway_api=gateway_api,
     )
 
     async def operate(stop: asyncio.Event) -> None:

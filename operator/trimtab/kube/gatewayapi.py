@@ -6,7 +6,9 @@ It updates or deletes an object only after reading it and finding the target's l
 (``trimtab.io/pool`` and ``trimtab.io/target``) on it, and then only with the
 resourceVersion (update) or uid and resourceVersion (delete) it read, so an object another
 party replaced in between is left alone. A name already taken by an object without those
-labels is reported (``ObjectNotOwned``), never overwritten. The HTTPRoute is changed only by
+labels is reported (``ObjectNotOwned``), never overwritten. Verbs used: get, list, create,
+update (PUT) and delete on Services and EndpointSlices; get and patch on HTTPRoutes; list on
+ReferenceGrants. The HTTPRoute is changed only by
 the JSON patch the target builds (one rule's backendRefs, tested against resourceVersion),
 sent with field manager ``trimtab``.
 """
@@ -116,25 +118,26 @@ class KubeGatewayAPIWriter:
                 "rename or delete it",
                 reason=TargetReason.OBJECT_NOT_OWNED,
             )
-        patch: dict[str, Any] = {
-            field: obj[field]
-            for field in _MANAGED[kind]
-            if field in obj and not _contains(existing.get(field), obj[field])
-        }
         old_meta = existing.get("metadata", {})
-        if not _contains(old_meta.get("labels"), meta["labels"]) or old_meta.get(
-            "ownerReferences"
-        ) != meta.get("ownerReferences"):
-            patch["metadata"] = {
-                "labels": meta["labels"],
-                "ownerReferences": meta.get("ownerReferences"),
-            }
-        if not patch:
-            return
-        patch.setdefault("metadata", {})["resourceVersion"] = old_meta.get("resourceVersion")
-        await self._call(
-            self._api.merge_patch(f"{collection}/{meta['name']}{_WRITE}", patch), what=what
+        unchanged = (
+            all(_contains(existing.get(f), obj[f]) for f in _MANAGED[kind] if f in obj)
+            and _contains(old_meta.get("labels"), meta["labels"])
+            and old_meta.get("ownerReferences") == meta.get("ownerReferences")
         )
+        if unchanged:
+            return
+        # A PUT of what was read, with trimtab's fields replaced: the server-assigned ones
+        # (a Service's clusterIP) stay, and the resourceVersion read makes it conditional.
+        body = {**existing, **{f: obj[f] for f in _MANAGED[kind] if f in obj}}
+        if kind == "Service":
+            body["spec"] = {**existing.get("spec", {}), **obj["spec"]}
+        body["metadata"] = {
+            **old_meta,
+            "labels": {**(old_meta.get("labels") or {}), **meta["labels"]},
+            "ownerReferences": meta.get("ownerReferences"),
+        }
+        body.pop("status", None)
+        await self._call(self._api.replace(f"{collection}/{meta['name']}{_WRITE}", body), what=what)
 
     async def delete(
         self, *, kind: str, namespace: str, name: str, labels: Mapping[str, str]

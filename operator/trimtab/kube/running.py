@@ -21,10 +21,11 @@ import kopf
 from trimtab import tasks
 from trimtab.balancing.loop import LoopSettings, SourceFactory, TargetFactory
 from trimtab.balancing.services import Services, run_services
-from trimtab.balancing.sources import SourceSettings, Sources
+from trimtab.balancing.sources import Sources, SourceSettings
 from trimtab.balancing.spamfilter import SpamFilter
 from trimtab.kube.client import KubeApi
 from trimtab.kube.configmaps import KubeConfigMapWriter
+from trimtab.kube.gatewayapi import KubeGatewayAPIWriter
 from trimtab.kube.handlers import Runtime, build_registry
 from trimtab.kube.leadership import AlwaysLeader, Leadership, LeaseElector
 from trimtab.targets.factory import BuiltinTargets, TargetSettings
@@ -66,6 +67,9 @@ class OperatorConfig:
         default_factory=lambda: TargetSettings(namespaced_clusters=True)
     )
     """What pools may write: envoyFile paths; xDS clusters named ``<namespace>/<cluster>``."""
+    gateway_api: bool = False
+    """Serve ``gatewayAPI`` targets (needs the chart's Gateway API RBAC); off: they report
+    TargetUnavailable."""
 
 
 def default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -128,6 +132,7 @@ async def run_operator(
                 cache=svc.cache,
                 config_maps=KubeConfigMapWriter(api=api),
                 settings=config.target_settings,
+                gateway_api=KubeGatewayAPIWriter(api=api) if config.gateway_api else None,
             ),
             gate=svc.gate,
             spam=SpamFilter(clock=asyncio.get_running_loop().time),

@@ -17,7 +17,7 @@ from trimtab import tasks
 from trimtab.balancing.loop import LoopSettings, PoolLoop, SourceFactory, TargetFactory
 from trimtab.balancing.membership import StaticMembership
 from trimtab.balancing.services import run_services
-from trimtab.balancing.sources import SourceSettings, Sources
+from trimtab.balancing.sources import Sources, SourceSettings
 from trimtab.balancing.spamfilter import SpamFilter
 from trimtab.balancing.supervisor import supervise
 from trimtab.local.pools import load_pools

@@ -304,12 +304,17 @@ def combine(
             return None
         total = sum(values) if signal.aggregation is Aggregation.SUM else max(values)
         if signal.divisor is None:
-            return total * signal.scale
+            return _finite(total * signal.scale)
         budgets = list(divisor)
         if not budgets or not all(math.isfinite(b) and b > 0 for b in budgets):
             return None
-        return total * signal.scale / max(budgets)
+        return _finite(total * signal.scale / max(budgets))
     return None
+
+
+def _finite(value: float) -> float | None:
+    # Huge finite series (1e308 on two models) overflow when summed: unknown, not infinite.
+    return value if math.isfinite(value) else None
 
 
 def evaluate(*, signal: Signal, series: Sequence[Series]) -> float | None:

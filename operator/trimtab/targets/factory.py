@@ -23,7 +23,11 @@ from trimtab.errors import NotAllowed, TargetSyncError
 from trimtab.targets.base import Target, TargetState
 from trimtab.targets.envoy_file import ConfigMapWriter, EdsConfigMapTarget, EdsFileTarget
 from trimtab.targets.envoy_xds import EnvoyXdsTarget
-from trimtab.targets.gatewayapi.target import GatewayAPITierTarget, GatewayAPIWriter
+from trimtab.targets.gatewayapi.target import (
+    GatewayAPITierTarget,
+    GatewayAPIWriter,
+    gateway_api_target_name,
+)
 from trimtab.targets.xds.cache import SnapshotCache
 
 __all__ = ["BuiltinTargets", "TargetSettings", "UnavailableTarget", "xds_cluster_name"]
@@ -85,10 +89,12 @@ class BuiltinTargets:
         cache: SnapshotCache,
         config_maps: ConfigMapWriter | None,
         settings: TargetSettings | None = None,
+        gateway_api: GatewayAPIWriter | None = None,
     ) -> None:
         self._cache = cache
         self._config_maps = config_maps
         self._settings = settings or TargetSettings()
+        self._gateway_api = gateway_api
 
     def build(self, *, pool: PoolKey, spec: InferencePoolSpec) -> Sequence[Target]:
         """The pool's targets; :class:`NotAllowed` when one asks for what is not allowed."""
@@ -126,14 +132,18 @@ class BuiltinTargets:
                         )
                     )
             elif entry.gateway_api is not None:
-                target = GatewayAPITierTarget(
-                    spec=entry.gateway_api, write=self._gateway_api or _NO_WRITER
-                )
                 if self._gateway_api is None:
-                    message = self._gateway_api_missing
-                    built.append(UnavailableTarget(name=target.name, message=message))
+                    message = (
+                        "the gatewayAPI target needs Kubernetes with the Gateway API enabled in "
+                        "trimtab (chart: targets.gatewayAPI.enabled=true); local mode has no "
+                        "HTTPRoutes: use an envoy or envoyFile target"
+                    )
+                    name = gateway_api_target_name(entry.gateway_api)
+                    built.append(UnavailableTarget(name=name, message=message))
                 else:
-                    built.append(target)
+                    built.append(
+                        GatewayAPITierTarget(spec=entry.gateway_api, write=self._gateway_api)
+                    )
         return built
 
     def _confined(self, *, raw: str, field: str) -> Path:

@@ -46,7 +46,11 @@ def run_alone(replica: Replica, *, request_id: int, prompt: int, hashes: tuple[i
     """Serve one request on an otherwise idle replica; its time to first token."""
     start = replica.now
     replica.submit(
-        request_id=request_id, prompt_tokens=prompt, output_tokens=3, at_s=start, block_hashes=hashes
+        request_id=request_id,
+        prompt_tokens=prompt,
+        output_tokens=3,
+        at_s=start,
+        block_hashes=hashes,
     )
     # A finite horizon: an idle replica moves its clock there, and the next request starts.
     events = replica.advance(until_s=start + 100.0)
@@ -85,7 +89,11 @@ def test_without_prefix_caching_nothing_is_cached_or_counted():
     first = run_alone(replica, request_id=0, prompt=44, hashes=chain(1, 5))
     second = run_alone(replica, request_id=1, prompt=44, hashes=chain(1, 5))
     state = replica.state()
-    assert (state.prefix_queries_total, state.prefix_hits_total, state.kv_blocks_cached) == (0, 0, 0)
+    assert (state.prefix_queries_total, state.prefix_hits_total, state.kv_blocks_cached) == (
+        0,
+        0,
+        0,
+    )
     assert first == pytest.approx(second)
 
 
@@ -218,8 +226,8 @@ def submit_plan(replica: Replica, request_id: int, step: tuple[float, int, int, 
 
 def check_kv(replica: Replica) -> None:
     state = replica.state()
-    assert 0 <= state.kv_blocks_used
-    assert 0 <= state.kv_blocks_cached
+    assert state.kv_blocks_used >= 0
+    assert state.kv_blocks_cached >= 0
     assert state.kv_blocks_used + state.kv_blocks_cached <= state.kv_blocks_total
     assert state.prefix_hits_total <= state.prefix_queries_total
 

@@ -19,7 +19,10 @@ import numpy as np
 from trimtab_lab.sim.errors import WorkloadError
 from trimtab_lab.sim.workloads.base import Workload
 
-__all__ = ["TraceFormat", "read_trace"]
+__all__ = ["MOONCAKE_BLOCK_TOKENS", "TraceFormat", "read_trace"]
+
+MOONCAKE_BLOCK_TOKENS = 512
+"""Prompt tokens per ``hash_ids`` entry in the Mooncake traces (FAST'25 release README)."""
 
 
 class TraceFormat(enum.StrEnum):
@@ -28,7 +31,8 @@ class TraceFormat(enum.StrEnum):
     AZURE = "azure"
     """``TIMESTAMP,ContextTokens,GeneratedTokens``; wall-clock timestamps."""
     MOONCAKE = "mooncake"
-    """JSON lines with ``timestamp`` (ms), ``input_length``, ``output_length``."""
+    """JSON lines with ``timestamp`` (ms), ``input_length``, ``output_length`` and optional
+    ``hash_ids`` (one id per 512-token prompt block; equal ids mean a shared prefix)."""
     CSV = "csv"
     """``arrival_s,prompt_tokens,output_tokens``; seconds from any origin."""
 
@@ -46,15 +50,20 @@ def read_trace(*, path: Path, trace_format: TraceFormat) -> Workload:
         raise WorkloadError("trace has no requests", path=path)
     rows.sort(key=lambda row: row[0])
     arrival = np.array([row[0] for row in rows], dtype=np.float64)
+    hashes = None
+    if trace_format is TraceFormat.MOONCAKE:
+        hashes = tuple(row[3] for row in rows)
     return Workload(
         arrival_s=arrival - arrival[0],
         prompt_tokens=np.array([row[1] for row in rows], dtype=np.int64),
         output_tokens=np.array([row[2] for row in rows], dtype=np.int64),
         source=path.name,
+        block_hashes=hashes,
+        prefix_block_tokens=MOONCAKE_BLOCK_TOKENS,
     )
 
 
-_Row = tuple[float, int, int]
+_Row = tuple[float, int, int, tuple[int, ...]]
 
 
 def _csv_rows(
@@ -87,6 +96,7 @@ def _azure(path: Path, handle: Iterator[str]) -> Iterator[_Row]:
             moment.timestamp(),
             _count(record["ContextTokens"], path=path, line=line, field="ContextTokens"),
             _count(record["GeneratedTokens"], path=path, line=line, field="GeneratedTokens"),
+            (),
         )
 
 
@@ -97,6 +107,7 @@ def _generic(path: Path, handle: Iterator[str]) -> Iterator[_Row]:
             _seconds(record["arrival_s"], path=path, line=line, field="arrival_s"),
             _count(record["prompt_tokens"], path=path, line=line, field="prompt_tokens"),
             _count(record["output_tokens"], path=path, line=line, field="output_tokens"),
+            (),
         )
 
 
@@ -118,7 +129,18 @@ def _mooncake(path: Path, handle: Iterator[str]) -> Iterator[_Row]:
             millis / 1000.0,
             _count(record["input_length"], path=path, line=line, field="input_length"),
             _count(record["output_length"], path=path, line=line, field="output_length"),
+            _hash_ids(record.get("hash_ids", []), path=path, line=line),
         )
+
+
+def _hash_ids(value: object, *, path: Path, line: int) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value
+    ):
+        raise WorkloadError(
+            "must be a list of integers >= 0", path=path, line=line, field="hash_ids"
+        )
+    return tuple(value)
 
 
 _ROW_READERS = {

@@ -57,6 +57,7 @@ __all__ = [
     "GatewayAPITierTarget",
     "GatewayAPIWriter",
     "OwnedObjects",
+    "gateway_api_target_name",
 ]
 
 FIELD_MANAGER = "trimtab"
@@ -114,6 +115,14 @@ class GatewayAPIWriter(Protocol):
         ...
 
 
+def gateway_api_target_name(spec: GatewayAPITarget) -> str:
+    """``gatewayAPI:httproute/[<namespace>/]<route>/<rule name or #index>``."""
+    ref = spec.http_route
+    where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+    rule = spec.rule_name or f"#{spec.rule_index or 0}"
+    return f"gatewayAPI:httproute/{where}/{rule}"
+
+
 class GatewayAPITierTarget:
     """One ``gatewayAPI`` entry of one pool."""
 
@@ -138,10 +147,7 @@ class GatewayAPITierTarget:
 
     @property
     def name(self) -> str:
-        ref = self._spec.http_route
-        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
-        rule = self._spec.rule_name or f"#{self._spec.rule_index or 0}"
-        return f"gatewayAPI:httproute/{where}/{rule}"
+        return gateway_api_target_name(self._spec)
 
     def state(self, *, pool: PoolKey) -> TargetState:
         return self._states.get(
