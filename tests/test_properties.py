@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import itertools
 import math
 import types
 import typing
@@ -289,8 +291,8 @@ def _plant(spec: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str,
     """A copy of ``spec`` with ``value`` at ``path`` ("0": the first list item), made on the way."""
     planted = copy.deepcopy(spec)
     node: Any = planted
-    for key, following in zip(path, path[1:], strict=False):
-        want: type[list[Any]] | type[dict[str, Any]] = list if following == "0" else dict
+    for key, following in itertools.pairwise(path):
+        want: type = list if following == "0" else dict
         if key == "0":
             if not node or not isinstance(node[0], want):
                 node[:1] = [want()]
@@ -385,7 +387,7 @@ def test_deep_nesting_is_refused_with_our_error(depth: int, as_list: bool) -> No
         _deep(depth, as_list=as_list),
         _plant(BASE, ("policy",), _deep(depth, as_list=as_list)),
     ):
-        assert _only_our_errors(lambda raw=raw: parse_spec(raw)) is None
+        assert _only_our_errors(functools.partial(parse_spec, raw)) is None
 
 
 @pytest.mark.parametrize("huge", HUGE, ids=["x", "digits-s", "digits", "non-ascii", "1ms-repeated"])

@@ -10,12 +10,14 @@ flip or a new generation, after ``min_write_interval_s`` for a material change o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 
 import pytest
 
 from balancing.conftest import EPOCH, POOL, member
+from trimtab.admission import AdmissionStats, RefusalReason
 from trimtab.api.reasons import MetricsReason, TargetReason
 from trimtab.api.records import Decision, PodDecision, PodName, PodSample, PodState
 from trimtab.api.status import InferencePoolStatus
@@ -251,3 +253,32 @@ def test_a_seed_keeps_its_transition_times_and_announces_nothing() -> None:
     assert report.events == ()
     before = {c.type: c.last_transition_time for c in first.conditions}
     assert {c.type: c.last_transition_time for c in report.status.conditions} == before
+
+
+def _admission(*, shed_full: int, queued: int = 0) -> AdmissionStats:
+    refused = dict.fromkeys(RefusalReason, 0)
+    refused[RefusalReason.QUEUE_FULL] = shed_full
+    return AdmissionStats(
+        pods=(),
+        queue_length=queued,
+        queued_by_priority=(queued,),
+        asked=100 + shed_full,
+        granted=100,
+        queued=queued,
+        refused=refused,
+        withdrawn=0,
+        released=100,
+        forgotten=0,
+    )
+
+
+def test_queue_shedding_is_announced_once_and_its_end_too() -> None:
+    harness = Harness()
+    found = []
+    for tick, shed in enumerate((0, 0, 5, 9, 9, 9)):
+        observation = dataclasses.replace(seen(), admission=_admission(shed_full=shed, queued=3))
+        report = harness.observe(observation, at=tick * 2.0)
+        found += [r for r in reasons(report) if r.startswith("Queue")]
+        assert report.status.admission is not None
+        assert report.status.admission.shed == shed
+    assert found == ["QueueShedding", "QueueRecovered"]

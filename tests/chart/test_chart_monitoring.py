@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .rendering import CHART, Manifest, only
+from .rendering import CHART, REPO, Manifest, only
 
 TRIMTAB_GAUGES = {
     "trimtab_pod_weight",
@@ -69,7 +69,37 @@ ENGINE_METRICS = {
     "nv_trt_llm_request_metrics",
     "nv_trt_llm_kv_cache_block_metrics",
 }
-KNOWN_METRICS = TRIMTAB_METRICS | PROCESS_METRICS | ENGINE_METRICS
+
+
+def _picker_metrics() -> set[str]:
+    """The picker's series, as its telemetry module declares them (counters get ``_total``)."""
+    source = (REPO / "operator" / "trimtab" / "picker" / "telemetry.py").read_text()
+    found = set()
+    for kind, name in re.findall(
+        r"(Counter|Histogram|Gauge\w*)\(\s*\"(trimtab_picker_\w+)\"", source
+    ):
+        if kind == "Counter":
+            found.add(name if name.endswith("_total") else f"{name}_total")
+        elif kind == "Histogram":
+            found |= {f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count")}
+        else:
+            found.add(name)
+    return found
+
+
+PICKER_METRICS = _picker_metrics()
+KNOWN_METRICS = TRIMTAB_METRICS | PROCESS_METRICS | ENGINE_METRICS | PICKER_METRICS
+
+
+def test_the_picker_metrics_are_found_in_its_telemetry() -> None:
+    assert {
+        "trimtab_picker_pod_in_flight",
+        "trimtab_picker_pod_cap",
+        "trimtab_picker_queue_length",
+        "trimtab_picker_refusals_total",
+        "trimtab_picker_queue_wait_seconds_bucket",
+    } <= PICKER_METRICS
+
 
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
 _MODIFIERS = r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"

@@ -3,7 +3,7 @@
 One pool of seven static endpoints read directly every second by ``trimtab run --local`` (a
 real process, so its peak RSS is its own): three healthy vLLM pages and four hostile ones
 (:mod:`hostile_pages`, a child process): a 50 MB page, a page sent at 1 byte/s, 2 MiB of
-random bytes, and one wanted line whose labels repeat 200,000 times. Over ~10 s of status
+random bytes, and one wanted line whose labels repeat 200,000 times. Over 15 s of status
 writes, asserted: the healthy pods are Serving on fresh samples in every write, every pod keeps
 a weight above zero, the huge and slow pods are Stale with a reason naming the cap or the
 deadline, the pool is never ``SourceUnavailable``, and trimtab's peak RSS stays under a bound
@@ -31,7 +31,8 @@ PAGES = Path(__file__).with_name("hostile_pages.py")
 HEALTHY = {"ok-0": "127.0.0.2", "ok-1": "127.0.0.3", "ok-2": "127.0.0.4"}
 HOSTILE = ("huge", "slow", "garbage", "labels")
 HOSTILE_IP = "127.0.0.5"
-OBSERVE_WRITES = 20
+# Status writes are rate-limited: watch for 15 s after the first.
+OBSERVE_POLLS = 150
 PEAK_RSS_BOUND_MIB = 400
 _START_S = 20.0
 
@@ -89,11 +90,14 @@ async def test_hostile_pages_leave_the_healthy_pods_fresh(tmp_path: Path) -> Non
             ],
         )
         last_write = ""
-        for _ in range(int(_START_S * 10) + OBSERVE_WRITES * 30):
-            if len(seen) >= OBSERVE_WRITES:
+        polls_left = OBSERVE_POLLS
+        for _ in range(int(_START_S * 10) + OBSERVE_POLLS):
+            if polls_left == 0:
                 break
             await asyncio.sleep(0.1)
             assert trimtab.process.returncode is None, trimtab.log_tail()
+            if seen:
+                polls_left -= 1
             try:
                 text = status_file.read_text()
                 pool = json.loads(text)["default/llama"]
@@ -104,8 +108,9 @@ async def test_hostile_pages_leave_the_healthy_pods_fresh(tmp_path: Path) -> Non
                 seen.append(pool)
         peak_mib = _peak_rss_mib(trimtab.process.pid)
     print(f"trimtab peak RSS {peak_mib:.0f} MiB over {len(seen)} status writes")
-    assert len(seen) >= OBSERVE_WRITES, "too few status writes"
-    for pool in seen[2:]:  # the first writes may predate the first read of every pod
+    print(json.dumps(seen[-1]["pods"], indent=1))
+    assert len(seen) >= 2, "too few status writes"
+    for pool in seen[1:]:  # the first write may predate the first read of every pod
         pods = {row["name"]: row for row in pool["pods"]}
         assert all(row["weight"] > 0 for row in pods.values()), pods
         for name in HEALTHY:

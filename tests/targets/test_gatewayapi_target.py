@@ -12,6 +12,7 @@ import json
 import random
 from typing import Any
 
+import jsonschema
 import pytest
 
 from support.gatewayapi import GATEWAY_API, MemoryGatewayWriter, route, validate_custom
@@ -123,10 +124,10 @@ async def test_forty_pods_in_sixteen_tiers_validate_against_the_real_crds() -> N
 async def test_seventeen_backend_refs_are_refused_by_the_crd() -> None:
     body = route(namespace="serving", name="r", rules=[OUR_RULE])
     body["spec"]["rules"][0]["backendRefs"] = [{"name": f"s{i}", "port": 80} for i in range(17)]
-    with pytest.raises(Exception, match="too long|maxItems|is too long"):
+    with pytest.raises(jsonschema.ValidationError, match="is too long"):
         validate_custom(body, crd_file=GATEWAY_API / "httproutes.yaml", version="v1")
     body["spec"]["rules"][0]["backendRefs"] = [{"name": "s", "port": 80, "weight": 1_000_001}]
-    with pytest.raises(Exception, match="maximum|greater than"):
+    with pytest.raises(jsonschema.ValidationError, match="is greater than the maximum"):
         validate_custom(body, crd_file=GATEWAY_API / "httproutes.yaml", version="v1")
 
 

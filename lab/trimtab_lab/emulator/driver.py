@@ -56,11 +56,20 @@ class Stream:
 class ReplicaDriver:
     """Owns a :class:`Replica` and the task that steps it; one per emulated replica."""
 
-    def __init__(self, *, profile: ReplicaProfile, speed: float = 1.0, time_scale: float = 1.0):
+    def __init__(
+        self,
+        *,
+        profile: ReplicaProfile,
+        speed: float = 1.0,
+        time_scale: float = 1.0,
+        prefix_block_tokens: int | None = None,
+    ):
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
         self.time_scale = time_scale
-        self._replica = Replica(profile=profile, speed=speed, start_s=0.0)
+        self._replica = Replica(
+            profile=profile, speed=speed, start_s=0.0, prefix_block_tokens=prefix_block_tokens
+        )
         self._streams: dict[int, Stream] = {}
         self._ids = itertools.count(1)
         self._wakeup = asyncio.Event()
@@ -99,7 +108,9 @@ class ReplicaDriver:
     def metrics_state(self) -> ReplicaState:
         return self._replica.state()
 
-    def submit(self, *, prompt_tokens: int, max_tokens: int) -> Stream:
+    def submit(
+        self, *, prompt_tokens: int, max_tokens: int, block_hashes: tuple[int, ...] = ()
+    ) -> Stream:
         """Queue a request; ``ValueError`` when the model can never serve it."""
         if self.state is not DriverState.RUNNING:
             raise RuntimeError(f"replica is {self.state.name}, not accepting requests")
@@ -109,7 +120,11 @@ class ReplicaDriver:
         # a request arriving meanwhile joins the next one.
         at = self.model_now() if replica.is_idle() else min(self.model_now(), replica.now)
         replica.submit(
-            request_id=request_id, prompt_tokens=prompt_tokens, output_tokens=max_tokens, at_s=at
+            request_id=request_id,
+            prompt_tokens=prompt_tokens,
+            output_tokens=max_tokens,
+            at_s=at,
+            block_hashes=block_hashes,
         )
         stream = Stream(request_id=request_id, max_tokens=max_tokens)
         self._streams[request_id] = stream

@@ -5,7 +5,11 @@ TGI 3.x, trtllm-serve 1.3+, Triton with the C++ TensorRT-LLM backend; see docs/e
 whatever reads a real engine reads the emulator unchanged, and nothing appears that no real
 engine exports. Only the load signals, their usual neighbours and the KV sizing are emitted;
 latency histograms are left out. TGI's ``tgi_batch_current_max_tokens`` is approximated by the
-tokens held in KV, since the model does not track each request's reserved maximum.
+tokens held in KV, since the model does not track each request's reserved maximum. The prefix
+cache counters (vLLM ``prefix_cache_queries_total``/``prefix_cache_hits_total``, SGLang's
+tokenizer counters ``prompt_tokens_total``/``cached_tokens_total``) count prompt tokens looked
+up and found cached when a request is scheduled; with prefix caching off both stay 0, as vLLM's
+do (a real SGLang counts its prompt tokens regardless, but runs its radix cache by default).
 """
 
 from __future__ import annotations
@@ -126,6 +130,18 @@ def _vllm(
                 [(labels, state.generated_tokens_total)],
             ),
             _family(
+                "vllm:prefix_cache_queries_total",
+                "counter",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                [(labels, state.prefix_queries_total)],
+            ),
+            _family(
+                "vllm:prefix_cache_hits_total",
+                "counter",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                [(labels, state.prefix_hits_total)],
+            ),
+            _family(
                 "vllm:cache_config_info",
                 "gauge",
                 "Information of the LLMEngine CacheConfig",
@@ -179,6 +195,18 @@ def _sglang(
                 "counter",
                 "Number of generation tokens processed.",
                 [({"model_name": model}, state.generated_tokens_total)],
+            ),
+            _family(
+                "sglang:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                [({"model_name": model}, state.prefix_queries_total)],
+            ),
+            _family(
+                "sglang:cached_tokens_total",
+                "counter",
+                "Number of cached prompt tokens.",
+                [({"model_name": model}, state.prefix_hits_total)],
             ),
         ]
     )

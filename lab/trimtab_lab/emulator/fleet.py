@@ -48,11 +48,13 @@ async def emulate(
     base_port: int | None = None,
     host: str = "127.0.0.1",
     model: str = DEFAULT_MODEL,
+    prefix_block_tokens: int | None = None,
 ) -> AsyncIterator[Fleet]:
     """Serve ``replicas`` emulated replicas for the duration of the ``async with`` block.
 
     ``speeds`` gives one multiplier per replica (default all 1.0); ``base_port`` None picks
-    free ports. ``ValueError`` for an unknown profile, an unsupported engine or bad sizes.
+    free ports. ``prefix_block_tokens`` turns prefix caching on at that block size.
+    ``ValueError`` for an unknown profile, an unsupported engine or bad sizes.
     """
     configs = _configs(
         replicas=replicas,
@@ -61,6 +63,7 @@ async def emulate(
         speeds=speeds,
         time_scale=time_scale,
         model=model,
+        prefix_block_tokens=prefix_block_tokens,
     )
     servers = tuple(ReplicaServer(config=config) for config in configs)
     try:
@@ -80,6 +83,7 @@ def _configs(
     speeds: Sequence[float] | None,
     time_scale: float,
     model: str,
+    prefix_block_tokens: int | None = None,
 ) -> list[ReplicaConfig]:
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
@@ -97,7 +101,21 @@ def _configs(
         found = get_profile(profile)
     except KeyError as exc:
         raise ValueError(str(exc.args[0])) from None
+    if prefix_block_tokens is not None and (
+        prefix_block_tokens < 1 or prefix_block_tokens % found.block_size
+    ):
+        raise ValueError(
+            f"prefix_block_tokens must be a positive multiple of {found.block_size}, "
+            f"got {prefix_block_tokens}"
+        )
     return [
-        ReplicaConfig(engine=engine, profile=found, model=model, speed=speed, time_scale=time_scale)
+        ReplicaConfig(
+            engine=engine,
+            profile=found,
+            model=model,
+            speed=speed,
+            time_scale=time_scale,
+            prefix_block_tokens=prefix_block_tokens,
+        )
         for speed in speeds
     ]

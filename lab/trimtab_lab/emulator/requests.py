@@ -7,6 +7,12 @@ field ``"prompt_tokens": <int>`` to the body, which then wins over the text (and
 always exactly ``max_tokens`` long (the emulator has no end-of-sequence token); without
 ``max_tokens`` it is 16, OpenAI's default for completions. One choice per request: ``n`` other
 than 1 is refused with a 400 rather than silently answered with one choice.
+
+With prefix caching on, the prompt is hashed into blocks of ``prefix_block_tokens`` tokens
+(:func:`trimtab.admission.prefix.prompt_block_hashes`, 4 characters a token; a list of token ids
+in blocks of ids), so requests that share a leading text share leading block hashes. A chat is
+hashed as its messages' roles and contents in order, so each turn of a conversation extends the
+previous turn's prefix.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Completion", "Kind", "RequestError", "parse_completion"]
+from trimtab.admission.prefix import chain_hashes, prompt_block_hashes
 
-_CHARS_PER_TOKEN = 4
+__all__ = ["CHARS_PER_TOKEN", "Completion", "Kind", "RequestError", "parse_completion"]
+
+CHARS_PER_TOKEN = 4
 _DEFAULT_MAX_TOKENS = 16
 
 
@@ -40,6 +48,8 @@ class Completion:
     stream: bool
     include_usage: bool = False
     """``stream_options.include_usage``: a last chunk with token counts."""
+    block_hashes: tuple[int, ...] = ()
+    """Chained hashes of the prompt's full blocks; empty without prefix caching."""
 
 
 class RequestError(Exception):
@@ -72,8 +82,13 @@ class RequestError(Exception):
         }
 
 
-def parse_completion(*, kind: Kind, body: Any, models: tuple[str, ...]) -> Completion:
-    """Check ``body`` (decoded JSON) the way an OpenAI-compatible server would."""
+def parse_completion(
+    *, kind: Kind, body: Any, models: tuple[str, ...], prefix_block_tokens: int | None = None
+) -> Completion:
+    """Check ``body`` (decoded JSON) the way an OpenAI-compatible server would.
+
+    ``prefix_block_tokens`` (prefix caching on): also hash the prompt into blocks that size.
+    """
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     model = body.get("model")
@@ -107,11 +122,48 @@ def parse_completion(*, kind: Kind, body: Any, models: tuple[str, ...]) -> Compl
     return Completion(
         kind=kind,
         model=model,
-        prompt_tokens=declared or max(1, math.ceil(text_chars / _CHARS_PER_TOKEN)),
+        prompt_tokens=declared or max(1, math.ceil(text_chars / CHARS_PER_TOKEN)),
         max_tokens=max_tokens or _DEFAULT_MAX_TOKENS,
         stream=stream,
         include_usage=bool(options.get("include_usage", False)),
+        block_hashes=(
+            _block_hashes(kind=kind, body=body, block_tokens=prefix_block_tokens)
+            if prefix_block_tokens is not None
+            else ()
+        ),
     )
+
+
+def _block_hashes(*, kind: Kind, body: dict[str, Any], block_tokens: int) -> tuple[int, ...]:
+    """Hashes of a validated body's prompt (see the module docstring)."""
+    if kind is Kind.CHAT:
+        text = "".join(
+            f"{message['role']}\n{_content(message.get('content', ''))}\n"
+            for message in body["messages"]
+        )
+        return prompt_block_hashes(
+            text=text, block_tokens=block_tokens, chars_per_token=CHARS_PER_TOKEN
+        )
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        blocks = len(prompt) // block_tokens
+        return chain_hashes(
+            ",".join(map(str, prompt[i * block_tokens : (i + 1) * block_tokens])).encode()
+            for i in range(blocks)
+        )
+    if isinstance(prompt, list):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return ()
+    return prompt_block_hashes(
+        text=prompt, block_tokens=block_tokens, chars_per_token=CHARS_PER_TOKEN
+    )
+
+
+def _content(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
 
 
 def _positive_int(body: dict[str, Any], key: str) -> int | None:
@@ -133,7 +185,7 @@ def _prompt_chars(body: dict[str, Any]) -> int:
         return len(prompt[0])
     if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
         # A list of token ids: each is one token.
-        return len(prompt) * _CHARS_PER_TOKEN
+        return len(prompt) * CHARS_PER_TOKEN
     raise RequestError("prompt is required: a string or a list of token ids", param="prompt")
 
 

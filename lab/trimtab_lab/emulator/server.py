@@ -6,6 +6,9 @@ optional usage chunk (``stream_options.include_usage``), then ``data: [DONE]``. 
 OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with 400, 404 or 405 (a
 too-long request in vLLM's wording, which clients match on "maximum context length"); a
 client that disconnects frees its batch slot and KV blocks at once, as a real engine does.
+With ``prefix_block_tokens`` set the replica caches prompt prefixes (vLLM's automatic prefix
+caching) at that block size; a session header (``x-session-id``) is accepted and ignored, as
+engines do: only a router uses it.
 Response ids are random, so they are unique across replicas and runs. ``/metrics`` (or
 ``/prometheus/metrics`` for trtllm-serve, whose ``/metrics`` is JSON) serves the engine's page.
 """
@@ -55,6 +58,9 @@ class ReplicaConfig:
     """Multiplier of the profile's iteration speed; 0.5 is a replica half as fast."""
     time_scale: float = 1.0
     """Model seconds per wall second; 10 runs ten times faster than real time."""
+    prefix_block_tokens: int | None = None
+    """Prefix caching at this hash-block size (a multiple of the profile's KV block); off when
+    ``None``."""
 
 
 class ReplicaServer:
@@ -63,7 +69,10 @@ class ReplicaServer:
     def __init__(self, *, config: ReplicaConfig) -> None:
         self.config = config
         self.driver = ReplicaDriver(
-            profile=config.profile, speed=config.speed, time_scale=config.time_scale
+            profile=config.profile,
+            speed=config.speed,
+            time_scale=config.time_scale,
+            prefix_block_tokens=config.prefix_block_tokens,
         )
         self.state = ServerState.NEW
         self._finished = FinishedRequests(max_tokens=config.profile.max_model_len)
@@ -153,10 +162,17 @@ class ReplicaServer:
             body = await request.json()
         except ValueError:
             raise RequestError("the request body is not valid JSON") from None
-        completion = parse_completion(kind=kind, body=body, models=(self.config.model,))
+        completion = parse_completion(
+            kind=kind,
+            body=body,
+            models=(self.config.model,),
+            prefix_block_tokens=self.config.prefix_block_tokens,
+        )
         try:
             stream = self.driver.submit(
-                prompt_tokens=completion.prompt_tokens, max_tokens=completion.max_tokens
+                prompt_tokens=completion.prompt_tokens,
+                max_tokens=completion.max_tokens,
+                block_hashes=completion.block_hashes,
             )
         except ValueError:
             raise _context_length_error(

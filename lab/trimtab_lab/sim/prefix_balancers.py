@@ -388,6 +388,7 @@ class IdealPrefix:
         prompt, hashes = fleet.prompt_tokens[request], fleet.block_hashes[request]
         # (first token, one iteration there, -cached tokens, decode iteration, host).
         candidates: list[tuple[float, float, int, float, int]] = []
+        # Without a cache hit every estimate is ``ideal``'s, so the two agree on such traffic.
         for host, replica in enumerate(fleet.replicas):
             state = fleet.observe(host=host, now=now)
             profile = replica.profile
@@ -396,7 +397,7 @@ class IdealPrefix:
                 continue
             cached = replica.cached_prefix_tokens(block_hashes=hashes, prompt_tokens=prompt)
             prefill = state.waiting_tokens + prompt - cached
-            blocks = -(-(prompt - cached) // profile.block_size)
+            blocks = -(-prefill // profile.block_size)
             free = state.kv_blocks_total - state.kv_blocks_used
             floor = math.ceil((profile.watermark + self._reserve) * state.kv_blocks_total)
             if batch > 0 and free - blocks < floor:
@@ -408,11 +409,16 @@ class IdealPrefix:
             prefill_s = iterations * iteration + profile.step_per_prefill_token_s * prefill
             first = max(now, replica.now) + prefill_s / replica.speed
             decode = (
-                profile.step_time_s(seqs=batch + 1, kv_tokens=kv_tokens + prompt, prefill_tokens=0)
+                profile.step_time_s(
+                    seqs=batch + 1,
+                    kv_tokens=kv_tokens + blocks * profile.block_size,
+                    prefill_tokens=0,
+                )
                 / replica.speed
             )
             candidates.append((first, iteration / replica.speed, -cached, decode, host))
         if not candidates:
             return -1
         soonest, step = min(candidates)[:2]
-        return min((c[2], c[3], c[4]) for c in candidates if c[0] <= soonest + step)[2]
+        near = [c for c in candidates if c[0] <= soonest + step]
+        return min((c[2], c[3], c[0], c[4]) for c in near)[3]

@@ -99,3 +99,5 @@ class EventReason(enum.StrEnum):
     POD_WARMING = "PodWarming"
     POD_DRAINED = "PodDrained"
     REBALANCED = "Rebalanced"
+    QUEUE_SHEDDING = "QueueShedding"
+    QUEUE_RECOVERED = "QueueRecovered"

@@ -68,6 +68,17 @@ class PodStatus(_Model):
     reason: str = ""
 
 
+class AdmissionStatus(_Model):
+    """The picker's view of the pool (``spec.admission.mode: picker``), as of the last write."""
+
+    queue_length: int = Field(ge=0, description="Requests waiting in the pool's shared queue.")
+    in_flight: int = Field(ge=0, description="Requests admitted and not yet ended.")
+    granted: int = Field(ge=0, description="Requests admitted since the picker started.")
+    shed: int = Field(
+        ge=0, description="Requests refused with 429 (queue full or timed out) since it started."
+    )
+
+
 class InferencePoolStatus(_Model):
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] = Field(
@@ -84,3 +95,6 @@ class InferencePoolStatus(_Model):
         default=None, description="Highest weight divided by lowest weight."
     )
     last_decision_time: str | None = Field(default=None, description="RFC 3339.")
+    admission: AdmissionStatus | None = Field(
+        default=None, description="The endpoint picker's queue and counts (admission on)."
+    )

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from trimtab import admission
+from trimtab.admission import AdmissionStats
 from trimtab.api.records import Decision, PodName, PodSample, PoolKey
 from trimtab.api.spec import AdmissionMode, InferencePoolSpec
 from trimtab.balancing.membership import Member
@@ -32,7 +33,9 @@ class AdmissionFeed(Protocol):
         members: Sequence[Member],
         samples: Mapping[PodName, PodSample],
         now: float,
-    ) -> None: ...
+    ) -> AdmissionStats | None:
+        """Hand the decision over; the pool's admission counts, or None when it is off."""
+        ...
 
     def forget(self, *, pool: PoolKey) -> None: ...
 
@@ -63,11 +66,11 @@ class PickerFeed:
         members: Sequence[Member],
         samples: Mapping[PodName, PodSample],
         now: float,
-    ) -> None:
+    ) -> AdmissionStats | None:
         name = picker_pool_name(spec)
         if spec.admission.mode is AdmissionMode.OFF or name is None or not decision.pods:
             self.forget(pool=pool)
-            return
+            return None
         previous = self._names.get(pool)
         if previous is not None and previous != name:
             self._pools.remove(pool=previous)
@@ -83,6 +86,8 @@ class PickerFeed:
             admission=spec.admission, stale_after_s=float(spec.metrics.stale_after)
         )
         self._pools.update(pool=name, pods=pods, settings=settings, now=now)
+        found = self._pools.get(name)
+        return None if found is None else found.stats()
 
     def forget(self, *, pool: PoolKey) -> None:
         name = self._names.pop(pool, None)

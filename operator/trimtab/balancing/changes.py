@@ -27,6 +27,7 @@ from trimtab.api.records import Decision, PodName, PodSample, PodState
 from trimtab.api.status import Condition, ConditionStatus, ConditionType
 from trimtab.balancing.conditions import find_condition, set_condition
 from trimtab.balancing.observations import Observation
+from trimtab.balancing.statuswrites import admission_status
 
 __all__ = ["ChangeTracker", "Changes", "PoolEvent"]
 
@@ -54,6 +55,8 @@ class ChangeTracker:
         self._rebalance_change = rebalance_change
         self._previous: Decision | None = None
         self._announced: dict[PodName, int] = {}
+        self._shed: int | None = None
+        self._shedding = False
 
     def observe(self, observation: Observation, *, now: datetime.datetime) -> Changes:
         events: list[PoolEvent] = []
@@ -72,10 +75,30 @@ class ChangeTracker:
             events += _transition_events(before=before, after=conditions.current)
             if observation.decision is not None:
                 events += self._pod_events(decision=observation.decision, samples=observation)
+            events += self._queue_events(observation)
         self._conditions = conditions.current
         return Changes(
             conditions=conditions.current, flipped=conditions.flipped, events=tuple(events)
         )
+
+    def _queue_events(self, observation: Observation) -> list[PoolEvent]:
+        """One Warning when the picker starts shedding, one Normal when a tick sheds none."""
+        if observation.admission is None:
+            self._shed, self._shedding = None, False
+            return []
+        status = admission_status(observation.admission)
+        new = 0 if self._shed is None else max(0, status.shed - self._shed)
+        self._shed = status.shed
+        if new and not self._shedding:
+            self._shedding = True
+            message = (
+                f"shed {new} requests with 429 since the last tick; {status.queue_length} queued"
+            )
+            return [_warning(EventReason.QUEUE_SHEDDING, message)]
+        if not new and self._shedding:
+            self._shedding = False
+            return [_normal(EventReason.QUEUE_RECOVERED, "no request shed since the last tick")]
+        return []
 
     def _pod_events(self, *, decision: Decision, samples: Observation) -> list[PoolEvent]:
         events = []

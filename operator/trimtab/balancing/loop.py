@@ -147,8 +147,9 @@ class PoolLoop:
             members=members, samples=samples, settings=config.policy, metrics_ok=problem is None
         )
         self._targets.offer(spec=config.spec, decision=decision, members=members)
+        admitted = None
         if self._admission is not None:
-            self._admission.offer(
+            admitted = self._admission.offer(
                 pool=self.pool,
                 spec=config.spec,
                 decision=decision,
@@ -163,6 +164,7 @@ class PoolLoop:
             samples=samples,
             metrics_problem=problem,
             targets=self._targets.states(),
+            admission=admitted,
         )
         self._report(observation)
 

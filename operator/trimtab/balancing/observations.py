@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trimtab.admission import AdmissionStats
 from trimtab.api.reasons import MetricsReason
 from trimtab.api.records import Decision, PodName, PodSample
 from trimtab.balancing.membership import Member
@@ -45,3 +46,5 @@ class Observation:
     metrics_problem: MetricsProblem | None = None
     """Why the metrics were not usable this tick; ``None`` when they were."""
     targets: Sequence[tuple[str, TargetState]] = ()
+    admission: AdmissionStats | None = None
+    """The picker's counts for the pool after this tick's decision; ``None`` when off."""

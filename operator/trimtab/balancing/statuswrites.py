@@ -14,8 +14,9 @@ import datetime
 import math
 from collections.abc import Callable
 
+from trimtab.admission import AdmissionStats, RefusalReason
 from trimtab.api.records import PodSample
-from trimtab.api.status import InferencePoolStatus, PodStatus
+from trimtab.api.status import AdmissionStatus, InferencePoolStatus, PodStatus
 from trimtab.api.times import rfc3339
 from trimtab.balancing.observations import Observation
 
@@ -56,7 +57,22 @@ def with_decision(
             "max_kv_usage": max(kvs, default=None),
             "weight_spread": round(max(weights) / max(1, min(weights)), 3) if weights else None,
             "last_decision_time": rfc3339(now),
+            "admission": None
+            if observation.admission is None
+            else admission_status(observation.admission),
         }
+    )
+
+
+SHED_REASONS = (RefusalReason.QUEUE_FULL, RefusalReason.QUEUE_TIMEOUT)
+
+
+def admission_status(stats: AdmissionStats) -> AdmissionStatus:
+    return AdmissionStatus(
+        queue_length=stats.queue_length,
+        in_flight=sum(pod.in_flight for pod in stats.pods),
+        granted=stats.granted,
+        shed=sum(stats.refused.get(reason, 0) for reason in SHED_REASONS),
     )
 
 
