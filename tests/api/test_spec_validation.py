@@ -270,6 +270,42 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.policy",
         "kvLowWatermark (0.95) must be below",
     ),
+    (
+        "affinity mode unknown",
+        _with(policy={"affinity": {"mode": "sticky"}}),
+        "spec.policy.affinity.mode",
+        "'ringHash' or 'maglev'",
+    ),
+    (
+        "affinity balance factor below the average",
+        _with(policy={"affinity": {"mode": "ringHash", "hashBalanceFactor": 99}}),
+        "spec.policy.affinity.hashBalanceFactor",
+        "100",
+    ),
+    (
+        "affinity header not lowercase",
+        _with(policy={"affinity": {"mode": "ringHash", "sessionHeader": "X-Session-Id"}}),
+        "spec.policy.affinity.sessionHeader",
+        "should match pattern",
+    ),
+    (
+        "affinity header a pseudo-header",
+        _with(policy={"affinity": {"mode": "maglev", "sessionHeader": ":authority"}}),
+        "spec.policy.affinity.sessionHeader",
+        "should match pattern",
+    ),
+    (
+        "affinity ring beyond Envoy's limit",
+        _with(policy={"affinity": {"maximumRingSize": 8_388_609}}),
+        "spec.policy.affinity.maximumRingSize",
+        "8388608",
+    ),
+    (
+        "affinity ring sizes crossed",
+        _with(policy={"affinity": {"minimumRingSize": 4096, "maximumRingSize": 1024}}),
+        "spec.policy.affinity",
+        "minimumRingSize (4096) must not exceed maximumRingSize (1024)",
+    ),
     ("bad app protocol", _with(appProtocol="grpc"), "spec.appProtocol", "'http' or 'h2c'"),
     ("unknown field", _with(replicas=3), "spec.replicas", "Extra inputs are not permitted"),
     (

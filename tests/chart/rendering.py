@@ -28,6 +28,7 @@ ALL_ON: dict[str, str] = {
     "rbac.readSecrets": "true",
     "targets.envoyFile.enabled": "true",
     "targets.gatewayAPI.enabled": "true",
+    "inferenceExtension.enabled": "true",
 }
 #: Namespaced mode: pools only in two namespaces.
 NAMESPACED: dict[str, str] = {

@@ -27,6 +27,7 @@ CONDITIONS: dict[str, Callable[[Values], bool]] = {
     "`rbac.readSecrets=true`": lambda v: v.get("rbac.readSecrets") == "true",
     "`targets.envoyFile.enabled=true`": lambda v: v.get("targets.envoyFile.enabled") == "true",
     "`targets.gatewayAPI.enabled=true`": lambda v: v.get("targets.gatewayAPI.enabled") == "true",
+    "`inferenceExtension.enabled=true`": lambda v: v.get("inferenceExtension.enabled") == "true",
 }
 
 VALUE_SETS: dict[str, Values] = {

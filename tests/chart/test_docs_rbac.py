@@ -30,9 +30,11 @@ VERB_LIST = re.compile(rf"\b{_VERB}(/|, ){_VERB}\b", re.IGNORECASE)
 
 
 def _optional_rows() -> list[tuple[str, str, str]]:
-    """(resource, value key, value) of every row granted only under a chart value."""
+    """(group/resource, value key, value) of every row granted only under a chart value."""
     rows = []
-    for _, _, resource, _, when in documented_rows():
+    for _, group, name, _, when in documented_rows():
+        # With the group: inferencepools of trimtab.io and of GIE are different grants.
+        resource = f"{'' if group == 'core' else group}/{name}"
         if when == "always":
             continue
         match = re.fullmatch(r"`([\w.]+)=(\w+)`", when)
@@ -70,8 +72,8 @@ def test_each_optional_row_is_granted_exactly_when_its_value_is_set(
     assert default != value, f"{key}={value} is the chart's default: the row is not optional"
     # Namespaced mode needs a namespace to grant pool rules in (and only it takes one).
     extra = {"watch.namespaces": "{serving}"} if key == "watch.allNamespaces" else {}
-    with_it = {g[3] for g in rendered_grants(render(helm, {key: value, **extra}))}
-    without = {g[3] for g in rendered_grants(render(helm, {key: default}))}
+    with_it = {f"{g[2]}/{g[3]}" for g in rendered_grants(render(helm, {key: value, **extra}))}
+    without = {f"{g[2]}/{g[3]}" for g in rendered_grants(render(helm, {key: default}))}
     assert resource in with_it, f"{key}={value} does not grant {resource}"
     assert resource not in without, f"{resource} is granted without {key}={value}"
 

@@ -5,8 +5,8 @@ real process, so its peak RSS is its own): three healthy vLLM pages and four hos
 (:mod:`hostile_pages`, a child process): a 50 MB page, a page sent at 1 byte/s, 2 MiB of
 random bytes, and one wanted line whose labels repeat 200,000 times. Over 15 s of status
 writes, asserted: the healthy pods are Serving on fresh samples in every write, every pod keeps
-a weight above zero, the huge and slow pods are Stale with a reason naming the cap or the
-deadline, the pool is never ``SourceUnavailable``, and trimtab's peak RSS stays under a bound
+a weight above zero, the huge, slow and garbage pods are never Serving (the first two with a
+reason naming the cap or the deadline), the pool is never ``SourceUnavailable``, and trimtab's peak RSS stays under a bound
 far below what one 50 MB page used to cost (897 MB in the issue's probe).
 """
 
@@ -115,7 +115,8 @@ async def test_hostile_pages_leave_the_healthy_pods_fresh(tmp_path: Path) -> Non
         assert all(row["weight"] > 0 for row in pods.values()), pods
         for name in HEALTHY:
             assert pods[name]["state"] == "Serving", pods[name]
-        for kind in ("huge", "slow", "garbage", "labels"):
+        # The labels page also holds valid lines: it may serve when its parse finishes in time.
+        for kind in ("huge", "slow", "garbage"):
             assert pods[kind]["state"] != "Serving", pods[kind]
         reasons = json.dumps(pool.get("conditions", []))
         assert "SourceUnavailable" not in reasons, reasons

@@ -103,11 +103,13 @@ async def test_broken_pods_read_as_unknown_next_to_a_good_one(servers: Servers) 
     finally:
         await source.aclose()
     assert found[PodName("good")].running == 9.0
-    for name in ("garbage", "failing"):
-        assert found[PodName(name)] == PodSample(age_s=found[PodName(name)].age_s)
+    assert found[PodName("garbage")] == PodSample(age_s=found[PodName("garbage")].age_s)
+    # A failed read says why (the pod is then Stale with that reason), never quoting the body.
+    assert found[PodName("failing")] == PodSample(problem="HTTP 500")
     # A pod that does not answer at all is told apart: the policy takes its weight down.
     for name in ("hung", "down"):
-        assert found[PodName(name)] == PodSample(unreachable=True)
+        assert found[PodName(name)].unreachable
+        assert found[PodName(name)].running is None
     assert not found[PodName("good")].unreachable
 
 

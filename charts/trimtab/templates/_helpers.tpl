@@ -139,16 +139,27 @@ tests/chart/test_rbac.py keeps the two equal.
   verbs: [create, patch]
 {{- end }}
 {{- if .Values.targets.gatewayAPI.enabled }}
-# gatewayAPI target: a selector-less Service per pod plus its EndpointSlice, and the
-# HTTPRoute's backendRefs (replaced as a whole list, guarded by resourceVersion).
+# gatewayAPI target: a selector-less Service plus EndpointSlices per weight tier, and one
+# HTTPRoute rule's backendRefs (a JSON patch tested against resourceVersion). RBAC cannot
+# limit by label: trimtab reads an object first and updates or deletes it only if it carries
+# its trimtab.io/pool and trimtab.io/target labels (docs/gateway-api.md).
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, create, update, delete]
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, create, update, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [get, list, watch, update, patch]
+  verbs: [get, patch]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [referencegrants]
+  verbs: [list]
+{{- end }}
+{{- if .Values.inferenceExtension.enabled }}
+# GIE InferencePools (inference.networking.k8s.io) that name trimtab's picker: read only.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, list, watch]
 {{- end }}
 {{- end }}

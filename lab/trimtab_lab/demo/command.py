@@ -59,7 +59,7 @@ KV_BOUND = "kv-bound"
 # The KV-bound option: the Mooncake conversation trace (prompts ~7k tokens; an A10G replica
 # holds ~40k tokens of KV, i.e. about five of them) at this share of the fleet's capacity.
 # Requests take ~13 model s each, so they get a longer drain (model s) before the cut.
-_KV_BOUND_UTILIZATION = 0.95
+_KV_BOUND_UTILIZATION = 0.9
 _KV_BOUND_DRAIN_S = 90.0
 _UTILIZATION = 0.7
 # trimtab's metrics.interval in wall seconds, the floor the CRD allows. At time scale 3 this

@@ -75,6 +75,7 @@ class Stack:
     """The completions URL behind Envoy."""
     pids: dict[str, int]
     """Process id of each component, by name."""
+    envoy_admin_url: str = ""
     notes: tuple[str, ...] = ()
     """Anything the user should know (e.g. Prometheus missing, scraping directly)."""
 
@@ -148,7 +149,7 @@ async def start_stack(
         )
     else:
         bootstrap = _static_bootstrap(mode=mode, ports=ports, listener=listener)
-    await _start_envoy(
+    admin_url = await _start_envoy(
         group=group,
         bootstrap=bootstrap,
         workdir=workdir,
@@ -161,6 +162,7 @@ async def start_stack(
         replica_urls=urls,
         proxy_url=f"http://127.0.0.1:{listener}/v1/completions",
         pids=pids,
+        envoy_admin_url=admin_url,
         notes=tuple(notes),
     )
 
@@ -362,7 +364,8 @@ async def _start_envoy(
     replicas: int,
     ready_s: float,
     picker: bool,
-) -> None:
+) -> str:
+    """Start Envoy, wait until it holds every replica (and passes the picker); its admin URL."""
     envoy = EnvoyProcess(bootstrap=bootstrap, workdir=workdir, group=group)
     try:
         await envoy.start(ready_within=ready_s)
@@ -370,6 +373,7 @@ async def _start_envoy(
         await _wait_hosts(envoy=envoy, group=group, replicas=replicas, ready_s=ready_s)
         if picker:
             await _wait_picker(envoy=envoy, group=group, ready_s=ready_s)
+        return envoy.admin_url
     finally:
         # Only the admin client: the group stops Envoy when the mode ends.
         await envoy.client.aclose()

@@ -29,6 +29,8 @@ from trimtab.api.durations import Duration, DurationRange, DurationValue
 __all__ = [
     "AdmissionMode",
     "AdmissionSpec",
+    "AffinityMode",
+    "AffinitySpec",
     "AppProtocol",
     "CustomMetrics",
     "Engine",
@@ -356,6 +358,77 @@ class MetricsSpec(_Model):
         return self
 
 
+class AffinityMode(enum.StrEnum):
+    NONE = "none"
+    RING_HASH = "ringHash"
+    MAGLEV = "maglev"
+
+
+# Envoy's own bounds of a ring (ring_hash.proto: maximum_ring_size at most 8M entries).
+_RING_SIZE_LIMIT = 8_388_608
+
+
+class AffinitySpec(_Model):
+    """Session affinity in weights mode: Envoy's consistent hash on a request header.
+
+    The pool's Envoy cluster hashes ``sessionHeader`` onto a ring (or Maglev table) bent by
+    trimtab's weights, and bounds each pod's load at ``hashBalanceFactor`` percent of the
+    average; docs/envoy.md explains the interplay with the picker and the weights.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minimumRingSize <= self.maximumRingSize",
+                    "message": "minimumRingSize must not exceed maximumRingSize",
+                },
+            ]
+        }
+    )
+
+    mode: AffinityMode = Field(
+        default=AffinityMode.NONE,
+        description="none (weighted least-request), ringHash or maglev on sessionHeader.",
+    )
+    session_header: str = Field(
+        default="x-session-id",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$",
+        description="Request header whose value keys the hash (lowercase); a request without "
+        "it goes to a random pod, within the bound.",
+    )
+    hash_balance_factor: int = Field(
+        default=150,
+        ge=100,
+        le=10_000,
+        description="Bounded load: no pod takes more than this percent of the average "
+        "in-flight requests (weighted); a session over it spills to the next pod.",
+    )
+    minimum_ring_size: int = Field(
+        default=1024,
+        ge=1,
+        le=_RING_SIZE_LIMIT,
+        description="ringHash: fewest entries on the ring (Envoy's minimum_ring_size).",
+    )
+    maximum_ring_size: int = Field(
+        default=_RING_SIZE_LIMIT,
+        ge=1,
+        le=_RING_SIZE_LIMIT,
+        description="ringHash: most entries on the ring; every weight push rebuilds it.",
+    )
+
+    @model_validator(mode="after")
+    def _ring_sizes(self) -> Self:
+        if self.minimum_ring_size > self.maximum_ring_size:
+            raise ValueError(
+                f"minimumRingSize ({self.minimum_ring_size}) must not exceed "
+                f"maximumRingSize ({self.maximum_ring_size})"
+            )
+        return self
+
+
 class PolicySpec(_Model):
     """Knobs of the balancing policy; docs/policy.md explains each and how it was chosen."""
 
@@ -458,6 +531,11 @@ class PolicySpec(_Model):
         ge=1,
         le=100_000_000,
         description="Cluster-wide bound of Envoy's pending queue; overflow is a 503.",
+    )
+    affinity: AffinitySpec = Field(
+        default_factory=AffinitySpec,
+        json_schema_extra={"default": {}},
+        description="Session affinity by consistent hashing in Envoy; off by default.",
     )
 
     @model_validator(mode="after")

@@ -23,10 +23,10 @@ from trimtab.api.records import PoolKey
 from trimtab.api.resource import GROUP, PLURAL, VERSION
 from trimtab.api.spec import InferencePoolSpec
 from trimtab.api.status import InferencePoolStatus
+from trimtab.balancing.admitting import AdmissionFeed
 from trimtab.balancing.loop import LoopSettings, PoolLoop, SourceFactory, TargetFactory
 from trimtab.balancing.membership import Member, PodRecord, pod_record, select_members
 from trimtab.balancing.spamfilter import SpamFilter
-from trimtab.balancing.admitting import AdmissionFeed
 from trimtab.balancing.supervisor import supervise
 from trimtab.kube.client import KubeApi
 from trimtab.kube.leadership import Leadership

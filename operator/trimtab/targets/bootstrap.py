@@ -393,33 +393,21 @@ def picker_filters(options: BootstrapOptions) -> list[dict[str, Any]]:
     ]
 
 
-def picker_load_balancing(least_request_lb_config: dict[str, Any]) -> dict[str, Any]:
-    """A cluster's ``load_balancing_policy``: the picker's endpoint, else weighted least-request.
+def picker_load_balancing(fallback: dict[str, Any]) -> dict[str, Any]:
+    """A cluster's ``load_balancing_policy``: the picker's endpoint, else the pool's own policy.
 
     ``override_host`` takes the first usable host of the ``envoy.lb`` metadata or the header
     (``ip:port[,ip:port...]``; retries walk down the list) and otherwise, or when the picker
-    failed open, lets the fallback choose by trimtab's EDS weights exactly as without a picker.
+    failed open, lets ``fallback`` (a ``load_balancing_policy``: weighted least-request, or the
+    pool's session hash) choose by trimtab's EDS weights exactly as without a picker.
     """
-    least_request = {
-        "@type": f"{_POLICIES}.least_request.v3.LeastRequest",
-        **least_request_lb_config,
-    }
     override_host = {
         "@type": f"{_POLICIES}.override_host.v3.OverrideHost",
         "override_host_sources": [
             {"metadata": {"key": _LB_NAMESPACE, "path": [{"key": _DESTINATION}]}},
             {"header": _DESTINATION},
         ],
-        "fallback_policy": {
-            "policies": [
-                {
-                    "typed_extension_config": {
-                        "name": "envoy.load_balancing_policies.least_request",
-                        "typed_config": least_request,
-                    }
-                }
-            ]
-        },
+        "fallback_policy": fallback,
     }
     return {
         "policies": [
@@ -441,11 +429,30 @@ def _picked(options: BootstrapOptions) -> list[BootstrapCluster]:
 
 def _picked_cluster(cluster: BootstrapCluster, *, eds_dir: str | None) -> dict[str, Any]:
     converted = _file_cluster(cluster, eds_dir)
-    del converted["lb_policy"]
-    converted["load_balancing_policy"] = picker_load_balancing(
-        converted.pop("least_request_lb_config", {})
-    )
+    # A pool with session affinity already has its policy in the typed form.
+    fallback = converted.pop("load_balancing_policy", None)
+    if fallback is None:
+        del converted["lb_policy"]
+        fallback = _least_request_policy(converted.pop("least_request_lb_config", {}))
+    converted["load_balancing_policy"] = picker_load_balancing(fallback)
     return converted
+
+
+def _least_request_policy(least_request_lb_config: dict[str, Any]) -> dict[str, Any]:
+    least_request = {
+        "@type": f"{_POLICIES}.least_request.v3.LeastRequest",
+        **least_request_lb_config,
+    }
+    return {
+        "policies": [
+            {
+                "typed_extension_config": {
+                    "name": "envoy.load_balancing_policies.least_request",
+                    "typed_config": least_request,
+                }
+            }
+        ]
+    }
 
 
 def _route_through_picker(route: dict[str, Any], *, picked: bool) -> None:

@@ -13,14 +13,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
-from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, protocol_pb2
+from envoy.config.core.v3 import (
+    address_pb2,
+    base_pb2,
+    config_source_pb2,
+    extension_pb2,
+    protocol_pb2,
+)
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.load_balancing_policies.common.v3 import common_pb2
+from envoy.extensions.load_balancing_policies.maglev.v3 import maglev_pb2
+from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import any_pb2, duration_pb2, struct_pb2, wrappers_pb2
 
 from trimtab.api.records import Decision, Endpoint, PodName
-from trimtab.api.spec import AppProtocol, PolicySpec, RetrySpec
+from trimtab.api.spec import AffinityMode, AffinitySpec, AppProtocol, PolicySpec, RetrySpec
 from trimtab.errors import XdsSnapshotInvalid
 
 __all__ = ["CLUSTER_TYPE", "ENDPOINT_TYPE", "build_cluster", "build_load_assignment"]
@@ -48,16 +58,12 @@ def build_cluster(
 ) -> Any:
     """An EDS cluster with weighted LEAST_REQUEST, per-host caps, a retry budget and ejection.
 
-    Envoy has one per-host threshold per cluster, so ``max_in_flight`` applies to every host
-    (callers pass the largest cap of the decision; smaller caps act through the weights).
+    With ``policy.affinity`` on, a consistent hash of the session header replaces
+    least-request (see :func:`_consistent_hash`). Envoy has one per-host threshold per
+    cluster, so ``max_in_flight`` applies to every host (callers pass the largest cap of the
+    decision; smaller caps act through the weights).
     ``eds_path`` switches the endpoint source from ADS to a watched file.
     """
-    least_request = cluster_pb2.Cluster.LeastRequestLbConfig(
-        choice_count=wrappers_pb2.UInt32Value(value=policy.choice_count),
-        active_request_bias=base_pb2.RuntimeDouble(
-            default_value=policy.active_request_bias, runtime_key="trimtab.active_request_bias"
-        ),
-    )
     # No slow_start_config: the policy already ramps a new pod's weight over slowStart (from
     # the pod's Ready time, surviving Envoy restarts); Envoy's own ramp on top would square it.
     return cluster_pb2.Cluster(
@@ -65,11 +71,67 @@ def build_cluster(
         type=cluster_pb2.Cluster.EDS,
         eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(eds_config=_eds_source(eds_path)),
         connect_timeout=_duration(1.0),
-        lb_policy=cluster_pb2.Cluster.LEAST_REQUEST,
-        least_request_lb_config=least_request,
+        **_balancing(policy),
         circuit_breakers=_circuit_breakers(policy=policy, retry=retry, per_host=max_in_flight),
         outlier_detection=_outlier_detection(),
         typed_extension_protocol_options={_HTTP_OPTIONS_KEY: _protocol_options(app_protocol)},
+    )
+
+
+def _balancing(policy: PolicySpec) -> dict[str, Any]:
+    if policy.affinity.mode is not AffinityMode.NONE:
+        return {"load_balancing_policy": _consistent_hash(policy.affinity)}
+    least_request = cluster_pb2.Cluster.LeastRequestLbConfig(
+        choice_count=wrappers_pb2.UInt32Value(value=policy.choice_count),
+        active_request_bias=base_pb2.RuntimeDouble(
+            default_value=policy.active_request_bias, runtime_key="trimtab.active_request_bias"
+        ),
+    )
+    return {
+        "lb_policy": cluster_pb2.Cluster.LEAST_REQUEST,
+        "least_request_lb_config": least_request,
+    }
+
+
+def _consistent_hash(affinity: AffinitySpec) -> Any:
+    """Ring hash or Maglev on the session header, bounded load, in the typed policy form.
+
+    The hash policy sits in the cluster, not the route, so it reaches Envoy over CDS (and in
+    the EDS-file bootstrap) and changes without a new listener; Envoy then ignores any route
+    hash policy. Both balancers honour the EDS weights: a pod with less weight owns less of
+    the ring, so trimtab's weights steer which sessions land where.
+    """
+    common = common_pb2.ConsistentHashingLbConfig(
+        hash_balance_factor=wrappers_pb2.UInt32Value(value=affinity.hash_balance_factor),
+        hash_policy=[
+            route_components_pb2.RouteAction.HashPolicy(
+                header=route_components_pb2.RouteAction.HashPolicy.Header(
+                    header_name=affinity.session_header
+                )
+            )
+        ],
+    )
+    if affinity.mode is AffinityMode.MAGLEV:
+        name, config = "maglev", maglev_pb2.Maglev(consistent_hashing_lb_config=common)
+    else:
+        name, config = (
+            "ring_hash",
+            ring_hash_pb2.RingHash(
+                minimum_ring_size=wrappers_pb2.UInt64Value(value=affinity.minimum_ring_size),
+                maximum_ring_size=wrappers_pb2.UInt64Value(value=affinity.maximum_ring_size),
+                consistent_hashing_lb_config=common,
+            ),
+        )
+    packed = any_pb2.Any()
+    packed.Pack(config)
+    return cluster_pb2.LoadBalancingPolicy(
+        policies=[
+            cluster_pb2.LoadBalancingPolicy.Policy(
+                typed_extension_config=extension_pb2.TypedExtensionConfig(
+                    name=f"envoy.load_balancing_policies.{name}", typed_config=packed
+                )
+            )
+        ]
     )
 
 
