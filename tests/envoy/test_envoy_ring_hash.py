@@ -137,9 +137,7 @@ async def test_one_session_stays_on_one_pod_under_the_bound(envoy_xds: XdsEnv, m
     for _ in range(5):  # one request at a time: every pod stays under the bound
         for index in range(40):
             session = f"conversation-{index}"
-            homes.setdefault(session, set()).add(
-                await _served_by(envoy_xds.client, url, session)
-            )
+            homes.setdefault(session, set()).add(await _served_by(envoy_xds.client, url, session))
     assert all(len(pods) == 1 for pods in homes.values()), homes
     # The sessions spread over the fleet: affinity, not a single pod.
     assert len({next(iter(pods)) for pods in homes.values()}) >= 3

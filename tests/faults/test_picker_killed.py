@@ -4,8 +4,8 @@ The demo's ``trimtab_picker`` stack: three emulated vLLM replicas, the real ``tr
 --local`` serving both xDS and the endpoint picker, and Envoy bootstrapped with ``--picker``
 (ext_proc with ``failure_mode_allow``, ``override_host`` falling back to least-request on the
 EDS weights). The picker lives inside trimtab, so killing it kills xDS too: Envoy keeps its
-last clusters (fail static) and routes by their weights. Caps are small (two per pod), so some
-requests are waiting in the picker's queue when it dies.
+last clusters (fail static) and routes by their weights. Caps are small (two per pod), so
+requests may be waiting in the picker's queue when it dies.
 
 Streaming completions arrive at ``RATE_PER_S``; ``KILL_AT_S`` in, trimtab's process group gets
 SIGKILL. Asserted: every request ends in a complete stream (none failed, none cut), the picker

@@ -92,7 +92,9 @@ app.kubernetes.io/part-of: trimtab
 {{- with .Values.tenancy.envoyFileDir }}
 - {{ printf "--envoy-file-dir=%s" . | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" .Values.tenancy.maxMetricsBytes) }}
 - --max-metrics-bytes={{ int .Values.tenancy.maxMetricsBytes }}
+{{- end }}
 # Every replica balances and serves xDS; the Lease (in $POD_NAMESPACE) picks the one that
 # writes status and events. Harmless with a single replica.
 - --leader-election
