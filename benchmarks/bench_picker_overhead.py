@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -288,8 +289,8 @@ async def _queue_memory(
             channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{picker_port}"))
         stub = external_processor_pb2_grpc.ExternalProcessorStub(channels[-1])
         call = stub.Process(metadata=((POOL_HEADER, QUEUED),))
-        await call.write(ext_proc.ProcessingRequest(request_headers=headers))
         calls.append(call)
+        await call.write(ext_proc.ProcessingRequest(request_headers=headers))
         return call
 
     points: list[tuple[int, int]] = []
@@ -298,16 +299,21 @@ async def _queue_memory(
         await holder.read()  # the grant: the pool's one slot is now taken until the end
         for target in steps:
             while len(calls) - 1 < target:
-                await open_stream()
-            for _ in range(600):  # bounded: the picker queues a stream within milliseconds
+                # A stream the server cancels is not queued; the metric below says what is.
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await open_stream()
+            # Until the queue stops growing (bounded): the x of each point is what is queued.
+            queued, previous = 0.0, -1.0
+            for _ in range(60):
                 queued = await _metric(client, metrics_url, "trimtab_picker_queue_length", QUEUED)
-                if queued >= target:
+                if queued >= target or queued == previous:
                     break
-                await asyncio.sleep(0.05)
-            else:
+                previous = queued
+                await asyncio.sleep(0.5)
+            if queued < target * 0.9:
                 raise ComponentFailed(f"only {queued:.0f} of {target} requests queued")
             await asyncio.sleep(1.0)  # let allocations settle
-            points.append((target, _rss_bytes(pid)))
+            points.append((int(queued), _rss_bytes(pid)))
     for call in calls:
         call.cancel()
     for channel in channels:
@@ -467,7 +473,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0, help="requests/s to each path")
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--queued", default="1000,2000,4000", help="cumulative queue depths")
+    parser.add_argument("--queued", default="500,1000,2000", help="cumulative queue depths")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:

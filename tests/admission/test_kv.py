@@ -1,4 +1,5 @@
-"""The KV-token budget: snapshot + footprints granted since - tokens released since, under
+"""The KV-token budget: the larger of (snapshot + footprints granted since - tokens released
+since) and the footprints of everything in flight, under
 ``kv_limit``; fresh snapshots only (stale or missing KV fails open to the count cap).
 
 Pods here hold 10,000 KV tokens; a request's footprint is its prompt plus
@@ -162,3 +163,13 @@ def test_a_looser_kv_limit_serves_the_queue() -> None:
     settings = AdmissionSettings(kv_limit=1.0, expected_output_tokens=100, stale_after_s=10.0)
     [grant] = admitted.configure(settings=settings, now=2.0)
     assert grant.id == "b"
+
+
+def test_a_grant_older_than_the_snapshot_still_counts_until_it_ends() -> None:
+    # A long prompt granted before the snapshot but not yet allocated by the engine (waiting
+    # or prefilling) is missing from the snapshot; its footprint must still hold its room.
+    admitted = budgeted(kv_pod(0, usage=0.0, at=0.0))
+    granted(admitted.ask(ask=ask("long", tokens=6000), now=1.0))
+    admitted.set_pods(pods=[kv_pod(0, usage=0.05, at=2.0)], now=2.0)
+    assert isinstance(admitted.ask(ask=ask("next", tokens=6000), now=2.5), Queued)
+    assert [g.id for g in admitted.release(id=RequestId("long"), now=3.0)] == ["next"]

@@ -26,6 +26,7 @@ from support.kube import Cluster, kube  # noqa: F401  # re-exported fixture
 from support.prometheus import Prometheus, ScrapeTarget, require_prometheus, run_prometheus
 from trimtab.balancing.loop import LoopSettings
 from trimtab.balancing.reporting import ReportSettings
+from trimtab.balancing.sources import PrometheusUrlRule, SourceSettings
 from trimtab.kube.running import OperatorConfig, run_operator
 
 NAMESPACE = "serving"
@@ -196,7 +197,14 @@ class OperatorThread:
 async def operator(kube: Cluster) -> AsyncIterator[OperatorThread]:  # noqa: F811
     """The real kopf operator with its built-in sources and targets, serving ``NAMESPACE``."""
     config = OperatorConfig(
-        namespaces=[NAMESPACE], connection=kube.connection, loop=LOOP, scanning=False
+        namespaces=[NAMESPACE],
+        connection=kube.connection,
+        loop=LOOP,
+        scanning=False,
+        # The test Prometheus listens on a free port of 127.0.0.1: allow that host, any port.
+        source_settings=SourceSettings(
+            prometheus_urls=(PrometheusUrlRule.parse("http://127.0.0.1"),)
+        ),
     )
     runner = OperatorThread(config=config)
     runner.start()

@@ -81,14 +81,13 @@ async def test_static_endpoints_are_refused_with_the_reason(kube: Cluster) -> No
     try:
         spec = _pool(selector=None, endpoints=[{"name": "vm", "address": "10.9.9.9", "port": 80}])
         await kube.create_pool(namespace=NAMESPACE, name=POOL, spec=spec)
-        ready = await eventually(
-            lambda: (
-                condition(kube, "Ready").get("reason") == "SpecInvalid" and condition(kube, "Ready")
-            ),
+        await eventually(
+            lambda: condition(kube, "Ready").get("reason") == "SpecInvalid",
             what="Ready=False/SpecInvalid",
         )
     finally:
         await operator.stop()
+    ready = condition(kube, "Ready")
     assert ready["status"] == "False"
     assert "--allow-static-endpoints" in ready["message"]
     assert any(

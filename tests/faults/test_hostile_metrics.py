@@ -6,8 +6,9 @@ real process, so its peak RSS is its own): three healthy vLLM pages and four hos
 random bytes, and one wanted line whose labels repeat 200,000 times. Over 15 s of status
 writes, asserted: the healthy pods are Serving on fresh samples in every write, every pod keeps
 a weight above zero, the huge, slow and garbage pods are never Serving (the first two with a
-reason naming the cap or the deadline), the pool is never ``SourceUnavailable``, and trimtab's peak RSS stays under a bound
-far below what one 50 MB page used to cost (897 MB in the issue's probe).
+reason naming the cap or the deadline), the pool is never ``SourceUnavailable``, and trimtab's
+peak RSS stays under a bound far below what one 50 MB page used to cost (897 MB in the
+issue's probe).
 """
 
 from __future__ import annotations

@@ -79,6 +79,9 @@ class ReplicaServer:
         self.port = 0
         self._host = "127.0.0.1"
         self._runner: web.AppRunner | None = None
+        self.metrics_refused = False
+        """While true, ``/metrics`` drops the connection unanswered (a metrics outage: a
+        blocked port or a dead exporter) and completions are served as usual."""
 
     @property
     def url(self) -> str:
@@ -138,6 +141,9 @@ class ReplicaServer:
         return web.json_response({"object": "list", "data": [model]})
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        if self.metrics_refused and request.transport is not None:
+            request.transport.abort()
+            return web.Response(status=503)
         text = render_metrics(
             engine=self.config.engine,
             state=self.driver.metrics_state(),

@@ -46,6 +46,11 @@ class PodState:
     flights: dict[RequestId, Flight] = field(default_factory=dict)
     delta_tokens: int = 0
     """Tokens granted minus tokens released since the snapshot (see the module docstring)."""
+    committed_tokens: int = 0
+    """Footprints of every request in flight here. A snapshot counts only KV already
+    allocated: a long prompt still waiting or prefilling in the engine is missing from it, and
+    once the snapshot is newer than its grant it would drop out of the estimate too. This
+    floor keeps it in until it ends."""
     releases: deque[tuple[float, float, int]] = field(default_factory=deque)
     """(released_at, granted_at, tokens held) of releases after the snapshot, so that a newer
     snapshot can be given its own delta; kept for ``stale_after_s`` at most."""
@@ -65,7 +70,7 @@ class PodState:
             return 0.0
         if size is None:
             return usage
-        return max(0.0, usage * size + self.delta_tokens) / size
+        return max(0.0, usage * size + self.delta_tokens, self.committed_tokens) / size
 
     def kv_estimate(self) -> float | None:
         if self.capacity.kv_usage is None or self.capacity.kv_capacity_tokens is None:
@@ -86,7 +91,8 @@ class PodState:
             return True
         if now - observed_at > stale_after_s:
             return True
-        return usage * size + self.delta_tokens + footprint < kv_limit * size
+        used = max(usage * size + self.delta_tokens, self.committed_tokens)
+        return used + footprint < kv_limit * size
 
     def rekey(self) -> None:
         self.version += 1
@@ -104,6 +110,7 @@ class PodState:
     def add(self, flight: Flight) -> None:
         self.flights[flight.id] = flight
         self.in_flight += 1
+        self.committed_tokens += flight.footprint
         if self._since_snapshot(flight.granted_at):
             self.delta_tokens += flight.footprint
 
@@ -112,6 +119,7 @@ class PodState:
     ) -> None:
         del self.flights[flight.id]
         self.in_flight -= 1
+        self.committed_tokens -= flight.footprint
         held = flight.footprint if output_tokens is None else flight.prompt_tokens + output_tokens
         if self._since_snapshot(flight.granted_at):
             self.delta_tokens -= flight.footprint
@@ -124,6 +132,7 @@ class PodState:
         """Take back a request that never ran here (the gateway served it elsewhere)."""
         del self.flights[flight.id]
         self.in_flight -= 1
+        self.committed_tokens -= flight.footprint
         if self._since_snapshot(flight.granted_at):
             self.delta_tokens -= flight.footprint
 

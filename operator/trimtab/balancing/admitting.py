@@ -67,7 +67,28 @@ class PickerFeed:
         samples: Mapping[PodName, PodSample],
         now: float,
     ) -> AdmissionStats | None:
-        name = picker_pool_name(spec)
+        return self.offer_as(
+            name=picker_pool_name(spec),
+            pool=pool,
+            spec=spec,
+            decision=decision,
+            members=members,
+            samples=samples,
+            now=now,
+        )
+
+    def offer_as(
+        self,
+        *,
+        name: str | None,
+        pool: PoolKey,
+        spec: InferencePoolSpec,
+        decision: Decision,
+        members: Sequence[Member],
+        samples: Mapping[PodName, PodSample],
+        now: float,
+    ) -> AdmissionStats | None:
+        """:meth:`offer` under a given picker pool name (a GIE InferencePool has no cluster)."""
         if spec.admission.mode is AdmissionMode.OFF or name is None or not decision.pods:
             self.forget(pool=pool)
             return None

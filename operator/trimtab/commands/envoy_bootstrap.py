@@ -90,6 +90,14 @@ def _split_address(address: str, *, option: str = "--xds-address") -> tuple[str,
     default=None,
     help="host:port of trimtab's endpoint picker (ext_proc); a headless Service when replicated.",
 )
+@click.option(
+    "--picker-failure-mode",
+    type=click.Choice(["FailOpen", "FailClose"]),
+    default="FailOpen",
+    show_default=True,
+    help="With --picker: when the picker does not answer, route by the weights (FailOpen) or "
+    "answer 500 (FailClose), as a GIE InferencePool's endpointPickerRef.failureMode says.",
+)
 @click.option("--xds-tls-cert", help="Envoy's client certificate for xDS mTLS (path Envoy reads).")
 @click.option("--xds-tls-key", help="Private key of --xds-tls-cert (path Envoy reads).")
 @click.option("--xds-ca", help="CA of trimtab's xDS server certificate (path Envoy reads).")
@@ -111,6 +119,7 @@ def envoy_bootstrap(
     node_cluster: str,
     eds_dir: str | None,
     picker_address: str | None,
+    picker_failure_mode: str,
     xds_tls_cert: str | None,
     xds_tls_key: str | None,
     xds_ca: str | None,
@@ -131,7 +140,11 @@ def envoy_bootstrap(
     picker = None
     if picker_address is not None:
         picker_host, picker_port = _split_address(picker_address, option="--picker")
-        picker = PickerOptions(host=picker_host, port=picker_port)
+        picker = PickerOptions(
+            host=picker_host,
+            port=picker_port,
+            failure_mode_allow=picker_failure_mode == "FailOpen",
+        )
     tls_files = (xds_tls_cert, xds_tls_key, xds_ca)
     if any(tls_files) and not all(tls_files):
         raise click.UsageError("xDS mTLS needs all of --xds-tls-cert, --xds-tls-key, --xds-ca")

@@ -30,6 +30,7 @@ from trimtab.admission import (
     Refusal,
     RequestId,
 )
+from trimtab.picker.protocol import expand_subset
 
 __all__ = ["AdmissionFactory", "Outcome", "PickerPool", "PickerPools"]
 
@@ -179,6 +180,12 @@ class PickerPools:
         if len(self._pools) == 1:
             return next(iter(self._pools.values()))
         return None
+
+    def holding(self, hint: Iterable[str]) -> PickerPool | None:
+        """The only pool that knows an endpoint of ``hint`` (``ip:port`` or a bare IP)."""
+        wanted = tuple(hint)
+        found = [pool for pool in self._pools.values() if expand_subset(wanted, pool.addresses)]
+        return found[0] if len(found) == 1 else None
 
     def update(
         self,

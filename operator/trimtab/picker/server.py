@@ -75,13 +75,17 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
     async def _pick(self, *, request: Any, pool_name: str | None) -> tuple[Any, _Held | None]:
         head = protocol.parse_request_head(request.request_headers)
         name = pool_name or head.pool
+        hint = protocol.subset_hint(request.metadata_context)
         pool = self._pools.get(name)
+        if name is None and hint is not None:
+            # A GIE gateway names no pool, but its subset hint lists the pool's endpoints.
+            pool = self._pools.holding(hint) or pool
         if pool is None:
             self._metrics.passthrough.labels(
                 name or "", telemetry.PassthroughReason.UNKNOWN_POOL.value
             ).inc()
             return protocol.continue_request(), None
-        ask = self._ask(request=request, head=head, pool=pool)
+        ask = self._ask(head=head, hint=hint, pool=pool)
         loop_time = _loop_time()
         outcome, waited = await pool.acquire(ask=ask)
         if isinstance(outcome, Grant):
@@ -101,7 +105,9 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
         )
         return response, None
 
-    def _ask(self, *, request: Any, head: protocol.RequestHead, pool: PickerPool) -> Ask:
+    def _ask(
+        self, *, head: protocol.RequestHead, hint: tuple[str, ...] | None, pool: PickerPool
+    ) -> Ask:
         settings = pool.settings
         if head.prompt_tokens is not None:
             tokens = head.prompt_tokens
@@ -109,7 +115,6 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
             tokens = settings.estimate_prompt_tokens(content_length=head.content_length)
         else:
             tokens = 0
-        hint = protocol.subset_hint(request.metadata_context)
         subset = None if hint is None else protocol.expand_subset(hint, pool.addresses)
         return Ask(
             id=RequestId(str(next(self._ids))),

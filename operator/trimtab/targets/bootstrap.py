@@ -76,6 +76,8 @@ class PickerOptions:
     timeout_margin_s: float = 5.0
     """ext_proc's message_timeout is the longest queue TTL plus this."""
     health_interval_s: float = 1.0
+    failure_mode_allow: bool = True
+    """FailOpen (the default): picker down → the weights route. False: FailClose, a 500."""
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,7 @@ def picker_filters(options: BootstrapOptions) -> list[dict[str, Any]]:
     ext_proc = {
         "@type": f"{_EXT_PROC_TYPE}.ExternalProcessor",
         "grpc_service": {"envoy_grpc": {"cluster_name": PICKER_CLUSTER}},
-        "failure_mode_allow": True,
+        "failure_mode_allow": options.picker.failure_mode_allow,
         "message_timeout": timeout,
         "processing_mode": {
             "request_header_mode": "SEND",

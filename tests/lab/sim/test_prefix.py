@@ -11,6 +11,7 @@ session or prefix gets more cache hits than least-request. Not covered: benchmar
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_a_session_grows_one_hash_chain() -> None:
     multi = [turns for turns in by_session.values() if len(turns) > 1]
     assert multi
     for turns in multi:
-        for earlier, later in zip(turns, turns[1:], strict=False):
+        for earlier, later in itertools.pairwise(turns):
             assert workload.arrival_s[earlier] < workload.arrival_s[later]
             assert workload.prompt_tokens[earlier] < workload.prompt_tokens[later]
             full = workload.prompt_tokens[earlier] // 512

@@ -1,0 +1,95 @@
+"""trimtab SIGKILLed and started again under load: Envoy keeps serving, weights never reset.
+
+Three emulated replicas, ``trimtab run --local`` and a real Envoy (tests/support/localstack).
+Replica 0 is kept busy by long streams sent to it directly, so its weight is well below the
+others'. Streaming completions go through Envoy at 4/s; trimtab is SIGKILLed, then started
+again on the same ports and status file. Asserted, with Envoy's weights sampled every 0.1 s:
+no request failed; while trimtab was down and until its first push after the restart, Envoy
+held exactly the weights of the status file at the kill; no sample ever had a weight of zero,
+a missing pod, or equal weights (a reset to defaults and back); the first weights pushed after
+the restart are within a smoothing step of those (restored, not recomputed from scratch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from support.emulators import pinned
+from support.localstack import NAMES, WeightLog, local_stack, steady_load, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+RATE_PER_S = 4.0
+REQUESTS = 100
+KILL_AT_S = 6.0
+DOWN_S = 6.0
+
+
+async def test_sigkill_and_restart_under_load(tmp_path: Path) -> None:
+    async with (
+        local_stack(tmp_path) as stack,
+        pinned(stack.pods[0], requests=40, prompt_tokens=8_000, max_tokens=4_000, deadline_s=150.0),
+    ):
+        await wait_for(stack.unequal, what="replica 0 losing weight", timeout_s=60.0)
+        marks: dict[str, float] = {}
+        at_kill: dict[str, int] = {}
+
+        def kill() -> None:
+            at_kill.update(stack.status_weights())
+            marks["kill"] = loop_time(log)
+            stack.kill_trimtab()
+
+        async def restart() -> None:
+            await stack.reap_trimtab()
+            marks["restart"] = loop_time(log)
+            await stack.start_trimtab()
+
+        async with WeightLog(stack) as log:
+            outcomes = await steady_load(
+                stack.url,
+                rate_per_s=RATE_PER_S,
+                count=REQUESTS,
+                at={KILL_AT_S: kill, KILL_AT_S + DOWN_S: restart},
+            )
+        assert stack.trimtab is not None and stack.trimtab.returncode is None, stack.log_text()
+
+    failed = [o for o in outcomes if not o.ok]
+    print(
+        f"requests sent {len(outcomes)}, failed {len(failed)}: {sorted({o.detail for o in failed})}"
+    )
+    print(f"status weights at the kill {at_kill}; samples {len(log.samples)}")
+    assert len(outcomes) == REQUESTS and failed == []
+    assert {"kill", "restart"} <= marks.keys()
+    assert len(at_kill) == len(NAMES)
+    for _, weights in log.samples:
+        assert sorted(weights) == sorted(NAMES), weights
+        assert min(weights.values()) >= 1, weights
+        assert len(set(weights.values())) > 1, f"weights reset to equal: {weights}"
+    before = [w for t, w in log.samples if t < marks["kill"]]
+    served = before[-1]
+    after_kill = [w for t, w in log.samples if t >= marks["kill"]]
+    print(f"Envoy at the kill {served}; after it {_changes(after_kill)}")
+    changed = [i for i, w in enumerate(after_kill) if w != served]
+    assert changed, "trimtab never pushed after the restart"
+    held = after_kill[: changed[0]]
+    assert held and all(w == served for w in held)
+    restart_index = sum(1 for t, _ in log.samples if marks["kill"] <= t < marks["restart"])
+    assert changed[0] >= restart_index, "Envoy's weights changed while trimtab was dead"
+    first = after_kill[changed[0]]
+    for name in NAMES:
+        # The restarted trimtab starts from the status file's weights and moves one smoothing
+        # step; a start from scratch would jump the busy pod's weight to its target or reset it.
+        low, high = sorted((at_kill[name], served[name]))
+        assert low / 3 <= first[name] <= high * 3, (first, at_kill, served)
+
+
+def _changes(samples: list[dict[str, int]]) -> list[dict[str, int]]:
+    return [w for i, w in enumerate(samples) if i == 0 or w != samples[i - 1]]
+
+
+def loop_time(log: WeightLog) -> float:
+    """Seconds on the weight log's clock."""
+    return asyncio.get_running_loop().time() - log.started
