@@ -300,7 +300,7 @@ def _what(exc: BaseException) -> str:
         status = _STATUS.match(str(exc))
         code = status.group(1) if status else "?"
         hint = " (redirects are not followed)" if code.startswith("3") else ""
-        return f"HTTP {code}{hint} {exc}"
+        return f"HTTP {code}{hint}"
     return type(exc).__name__
 
 
