@@ -5,9 +5,11 @@ Replica 0 is kept busy by long streams sent to it directly, so its weight is wel
 others'. Streaming completions go through Envoy at 4/s; trimtab is SIGKILLed, then started
 again on the same ports and status file. Asserted, with Envoy's weights sampled every 0.1 s:
 no request failed; while trimtab was down and until its first push after the restart, Envoy
-held exactly the weights of the status file at the kill; no sample ever had a weight of zero,
+held exactly the weights it had at the kill (the status file lags them by its write throttle,
+within 10 %); the restarted trimtab's push reaches Envoy; no sample ever had a weight of zero,
 a missing pod, or equal weights (a reset to defaults and back); the first weights pushed after
-the restart are within a smoothing step of those (restored, not recomputed from scratch).
+the restart never lift a weight above twice what it was (a start from defaults would put the
+busy replica back at equal weight).
 """
 
 from __future__ import annotations
@@ -92,10 +94,9 @@ async def test_sigkill_and_restart_under_load(tmp_path: Path) -> None:
     # The restarted trimtab's first push (or, if it equals what Envoy held, the last sample).
     first = after_kill[changed[0]] if changed else after_kill[-1]
     for name in NAMES:
-        # The restarted trimtab starts from the status file's weights and moves one smoothing
-        # step; a start from scratch would jump the busy pod's weight to its target or reset it.
-        low, high = sorted((at_kill[name], served[name]))
-        assert low / 3 <= first[name] <= high * 3, (first, at_kill, served)
+        # A start from defaults would lift the busy pod towards equal weight; the restored
+        # start only moves on with fresh readings (its load still grows, so its weight falls).
+        assert first[name] <= 2 * max(at_kill[name], served[name]), (first, at_kill, served)
 
 
 async def _cds_updates(stack: LocalStack) -> int:

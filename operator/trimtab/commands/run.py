@@ -13,6 +13,7 @@ import re
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -135,6 +136,21 @@ _Main = Callable[[asyncio.Event], Awaitable[None]]
     help="Serve gatewayAPI targets: write HTTPRoute backendRefs and per-tier Services and "
     "EndpointSlices (needs the chart's targets.gatewayAPI.enabled RBAC).",
 )
+@click.option(
+    "--inference-extension",
+    is_flag=True,
+    help="Be the endpoint picker of GIE InferencePools (inference.networking.k8s.io/v1) whose "
+    "endpointPickerRef names --picker-service (needs --picker-port and the chart's "
+    "inferenceExtension.enabled RBAC).",
+)
+@click.option(
+    "--picker-service",
+    default="trimtab-picker",
+    show_default=True,
+    metavar="NAME[:PORT]",
+    help="With --inference-extension: the Service name (and Service port; default: "
+    "--picker-port) that GIE pools reference in their own namespace.",
+)
 def run(
     *,
     namespaces: tuple[str, ...],
@@ -161,6 +177,8 @@ def run(
     envoy_file_dir: Path | None,
     max_metrics_bytes: int,
     gateway_api: bool,
+    inference_extension: bool,
+    picker_service: str,
 ) -> None:
     """Balance InferencePools: in a cluster (kopf), or locally with --local."""
     xds_security = _xds_security(
@@ -196,6 +214,9 @@ def run(
         raise click.UsageError("--status-file needs --local (in a cluster, status is on the pool)")
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("give --namespace (one or more) or --all-namespaces")
+    gie_service = _picker_service(
+        enabled=inference_extension, text=picker_service, picker_port=picker_port
+    )
     import kopf
 
     from trimtab.kube.running import OperatorConfig, run_operator
@@ -219,12 +240,26 @@ def run(
         source_settings=source_settings,
         target_settings=TargetSettings(envoy_file_dir=envoy_file_dir, namespaced_clusters=True),
         gateway_api=gateway_api,
+        picker_service=gie_service,
     )
 
     async def operate(stop: asyncio.Event) -> None:
         await run_operator(config=config, stop=stop)
 
     _run_until_signal(operate)
+
+
+def _picker_service(*, enabled: bool, text: str, picker_port: int | None) -> Any:
+    if not enabled:
+        return None
+    if picker_port is None:
+        raise click.UsageError("--inference-extension needs --picker-port (GIE pools are picked)")
+    from trimtab.kube.inference_extension import PickerService
+
+    try:
+        return PickerService.parse(text, default_port=picker_port)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--picker-service") from None
 
 
 def _xds_security(

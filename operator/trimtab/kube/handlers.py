@@ -28,7 +28,9 @@ from trimtab.balancing.loop import LoopSettings, PoolLoop, SourceFactory, Target
 from trimtab.balancing.membership import Member, PodRecord, pod_record, select_members
 from trimtab.balancing.spamfilter import SpamFilter
 from trimtab.balancing.supervisor import supervise
+from trimtab.kube import inference_extension
 from trimtab.kube.client import KubeApi
+from trimtab.kube.inference_extension import PickerService
 from trimtab.kube.leadership import Leadership
 from trimtab.kube.sink import KubePoolSink
 from trimtab.targets.gate import XdsGate
@@ -141,8 +143,15 @@ class Runtime:
             logger.info("Stopped balancing %s: the pool was deleted", key)
 
 
-def build_registry(*, runtime: Runtime) -> kopf.OperatorRegistry:
+def build_registry(
+    *, runtime: Runtime, picker_service: PickerService | None = None
+) -> kopf.OperatorRegistry:
+    """The operator's handlers; with ``picker_service`` also GIE InferencePools naming it."""
     registry = kopf.OperatorRegistry()
+    if picker_service is not None:
+        inference_extension.register(
+            registry=registry, runtime=runtime, service=picker_service, pods_index=PODS_INDEX
+        )
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

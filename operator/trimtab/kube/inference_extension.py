@@ -239,15 +239,25 @@ class GieFeed:
         self._feed.forget(pool=pool)
 
 
-@dataclass(kw_only=True)
 class _Served:
-    loop: PoolLoop
-    task: asyncio.Task[None]
-    body: kopf.Body
-    policy: str | None
-    policy_found: bool
-    deleted: list[bool]
-    """Set before the task is stopped: the loop then closes as deleted (one-element box)."""
+    """One served GIE pool: its loop, the task running it, and what was last announced."""
+
+    def __init__(self, *, loop: PoolLoop, body: kopf.Body, close_timeout_s: float) -> None:
+        self.loop = loop
+        self.body = body
+        self.policy: str | None = None
+        self.policy_found = True
+        self.deleted = False
+        """Set before the task is stopped: the loop then closes as deleted."""
+        self.task = tasks.start(
+            supervise(
+                loop=loop,
+                stopping=asyncio.Event(),
+                deleted=lambda: self.deleted,
+                close_timeout_s=close_timeout_s,
+            ),
+            name=f"picking for GIE InferencePool {loop.pool}",
+        )
 
 
 class InferenceExtension:
@@ -283,6 +293,7 @@ class InferenceExtension:
         if served is None:
             served = self._start(key=key, body=body, raw=raw, pods=pods, log=log)
         else:
+            served.body = body
             served.loop.update(raw_spec=raw, generation=_generation(body))
         self._policy_state(served, name=policy_name, found=policy is not None)
 
@@ -299,7 +310,7 @@ class InferenceExtension:
         served = self._served.pop(key, None)
         if served is None:
             return
-        served.deleted[0] = True
+        served.deleted = True
         await tasks.stop(served.task)
         self._runtime.spam.forget(pool=served.loop.pool)
         logger.info("Stopped picking for GIE InferencePool %s", key)
@@ -336,19 +347,7 @@ class InferenceExtension:
                 feed=self._feed, name=picker_pool_name(namespace=key.namespace, name=key.name)
             ),
         )
-        deleted = [False]
-        task = tasks.start(
-            supervise(
-                loop=loop,
-                stopping=asyncio.Event(),
-                deleted=lambda: deleted[0],
-                close_timeout_s=runtime.settings.target_timeout_s,
-            ),
-            name=f"picking for GIE InferencePool {key}",
-        )
-        served = _Served(
-            loop=loop, task=task, body=body, policy=None, policy_found=True, deleted=deleted
-        )
+        served = _Served(loop=loop, body=body, close_timeout_s=runtime.settings.target_timeout_s)
         self._served[key] = served
         log.info(
             "Picking for GIE InferencePool %s as picker pool %s (failureMode %s)",

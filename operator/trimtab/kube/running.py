@@ -27,6 +27,7 @@ from trimtab.kube.client import KubeApi
 from trimtab.kube.configmaps import KubeConfigMapWriter
 from trimtab.kube.gatewayapi import KubeGatewayAPIWriter
 from trimtab.kube.handlers import Runtime, build_registry
+from trimtab.kube.inference_extension import PickerService
 from trimtab.kube.leadership import AlwaysLeader, Leadership, LeaseElector
 from trimtab.targets.factory import BuiltinTargets, TargetSettings
 from trimtab.targets.xds.server import XdsSecurity
@@ -70,6 +71,9 @@ class OperatorConfig:
     gateway_api: bool = False
     """Serve ``gatewayAPI`` targets (needs the chart's Gateway API RBAC); off: they report
     TargetUnavailable."""
+    picker_service: PickerService | None = None
+    """Serve GIE InferencePools whose endpointPickerRef names this Service (needs
+    ``picker_port`` and the chart's inferenceExtension RBAC); ``None``: GIE pools are ignored."""
 
 
 def default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -141,7 +145,7 @@ async def run_operator(
             admission=svc.admission,
         )
         runtime_box.append(runtime)
-        registry = build_registry(runtime=runtime)
+        registry = build_registry(runtime=runtime, picker_service=config.picker_service)
         _register_probe(registry=registry, services=svc)
         elector: asyncio.Task[None] | None = None
         if isinstance(leadership, LeaseElector):
