@@ -17,6 +17,7 @@ from trimtab.api.records import Decision, PodName, PodSample, PoolKey
 from trimtab.api.spec import AdmissionMode, InferencePoolSpec
 from trimtab.balancing.membership import Member
 from trimtab.picker.pools import PickerPools
+from trimtab.targets.factory import xds_cluster_name
 
 __all__ = ["AdmissionFeed", "PickerFeed", "picker_pool_name"]
 
@@ -40,11 +41,16 @@ class AdmissionFeed(Protocol):
     def forget(self, *, pool: PoolKey) -> None: ...
 
 
-def picker_pool_name(spec: InferencePoolSpec) -> str | None:
-    """The name requests of this pool carry to the picker: its first Envoy cluster."""
+def picker_pool_name(
+    *, pool: PoolKey, spec: InferencePoolSpec, namespaced: bool = False
+) -> str | None:
+    """The name requests of this pool carry to the picker: its first Envoy cluster, named as
+    the xDS server names it (``<namespace>/<cluster>`` in a cluster)."""
     for target in spec.targets:
         if target.envoy is not None:
-            return target.envoy.cluster
+            return xds_cluster_name(
+                namespace=pool.namespace, cluster=target.envoy.cluster, namespaced=namespaced
+            )
         if target.envoy_file is not None:
             return target.envoy_file.cluster
     return None
@@ -53,8 +59,9 @@ def picker_pool_name(spec: InferencePoolSpec) -> str | None:
 class PickerFeed:
     """The :class:`AdmissionFeed` of a process that serves the picker."""
 
-    def __init__(self, *, pools: PickerPools) -> None:
+    def __init__(self, *, pools: PickerPools, namespaced_clusters: bool = False) -> None:
         self._pools = pools
+        self._namespaced = namespaced_clusters
         self._names: dict[PoolKey, str] = {}
 
     def offer(
@@ -68,7 +75,7 @@ class PickerFeed:
         now: float,
     ) -> AdmissionStats | None:
         return self.offer_as(
-            name=picker_pool_name(spec),
+            name=picker_pool_name(pool=pool, spec=spec, namespaced=self._namespaced),
             pool=pool,
             spec=spec,
             decision=decision,

@@ -53,6 +53,7 @@ async def run_services(
     xds_security: XdsSecurity | None = None,
     picker_port: int | None = None,
     leading: Callable[[], bool] = lambda: True,
+    namespaced_clusters: bool = False,
 ) -> AsyncIterator[Services]:
     cache = SnapshotCache(served=xds_port is not None)
     gate = XdsGate(cache=cache)
@@ -83,7 +84,9 @@ async def run_services(
             xds_port=bound_xds,
             metrics_port=bound_metrics,
             picker=picker,
-            admission=None if picker is None else PickerFeed(pools=picker.pools),
+            admission=None
+            if picker is None
+            else PickerFeed(pools=picker.pools, namespaced_clusters=namespaced_clusters),
         )
 
 

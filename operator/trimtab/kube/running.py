@@ -113,6 +113,7 @@ async def run_operator(
         host=config.bind_address,
         xds_security=config.xds_security,
         picker_port=config.picker_port,
+        namespaced_clusters=config.target_settings.namespaced_clusters,
         # Only the Lease holder admits: one picker counts every pod's requests.
         leading=lambda: bool(runtime_box) and runtime_box[0].leadership.is_leader,
     ) as svc:
