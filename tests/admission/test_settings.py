@@ -24,6 +24,10 @@ BAD_SETTINGS: dict[str, list[object]] = {
     "priority_classes": [0, 65, 1.0],
     "retry_after_s": [-0.1, math.inf],
     "max_fallbacks": [-1, 17],
+    "affinity": ["prefix", True],
+    "affinity_block_tokens": [0, 1.5],
+    "affinity_max_prefix_bytes": [-1, 16 * 1024 * 1024 + 1],
+    "affinity_load_factor": [0.99, math.nan, 101.0],
 }
 
 

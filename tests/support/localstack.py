@@ -172,7 +172,7 @@ async def local_stack(
     workdir: Path, *, interval: str = "500ms", stale_after: str = "3s"
 ) -> AsyncIterator[LocalStack]:
     """Replicas, trimtab and Envoy, up and holding a first decision."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as cleanup:
         fleet = await cleanup.enter_async_context(emulate(replicas=len(NAMES)))
         pods = [

@@ -20,6 +20,10 @@ contains the chart name, so `helm install trimtab` yields Service trimtab, the a
 {{- end }}
 {{- end }}
 
+{{- define "trimtab.pickerService" -}}
+{{- .Values.inferenceExtension.pickerService | default (printf "%s-picker" (include "trimtab.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "trimtab.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -100,6 +104,12 @@ app.kubernetes.io/part-of: trimtab
 - --leader-election
 {{- if .Values.targets.gatewayAPI.enabled }}
 - --gateway-api
+{{- end }}
+{{- if .Values.inferenceExtension.enabled }}
+# The endpoint picker of GIE InferencePools that name the picker Service (docs/gateway-api.md).
+- --picker-port={{ .Values.inferenceExtension.pickerPort }}
+- --inference-extension
+- --picker-service={{ include "trimtab.pickerService" . }}:{{ .Values.inferenceExtension.pickerPort }}
 {{- end }}
 {{- range .Values.operator.extraArgs }}
 - {{ . | quote }}

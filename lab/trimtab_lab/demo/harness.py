@@ -77,6 +77,7 @@ async def run_demo(*, plan: DemoPlan, live: LiveState | None = None) -> list[Mod
     runs = []
     for index, mode in enumerate(plan.modes, start=1):
         live.mode, live.mode_index, live.phase = mode.value, index, "starting"
+        live.done = live.failed = 0
         runs.append(await _run_mode(plan=plan, mode=mode, live=live))
     return runs
 

@@ -13,16 +13,23 @@ response's usage). Speeds stay at 1: no metric tells a real picker a replica's s
 
 Refusals (429 for a full queue, a queue timeout or a request too large for any pod; 503 when no
 pod is ready) are counted as ``rejected``.
+
+``trimtab_picker_affinity`` is the same with prefix affinity on
+(:mod:`trimtab.admission.affinity`): each ask carries the request's block hashes (at the
+engines' hash-block size, as the real picker hashes the body) and its session, and the guard's
+``affinity_load_factor`` comes from ``trimtab.admission`` like every other admission knob.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
 from trimtab.admission import (
     Admission,
     AdmissionSettings,
+    AffinityMode,
     Ask,
     Grant,
     Queued,
@@ -47,7 +54,10 @@ class PickerBalancer:
         settings: PolicySettings,
         admission: AdmissionSettings,
         observation: Observation,
+        affinity: bool = False,
     ) -> None:
+        if affinity:
+            admission = dataclasses.replace(admission, affinity=AffinityMode.PREFIX)
         self.admission = Admission(settings=admission)
         self._loop = PolicyLoop(
             hosts=hosts, settings=settings, observation=observation, apply=self._apply
@@ -60,11 +70,25 @@ class PickerBalancer:
 
     def start(self, *, fleet: Fleet) -> None:
         self._fleet = fleet
+        settings = self.admission.settings
+        block = fleet.replicas[0].prefix_block_tokens if fleet.replicas else None
+        if settings.affinity is AffinityMode.PREFIX and block is not None:
+            # The workload's hashes are per engine hash block: the index must count in those.
+            self.admission.configure(
+                settings=dataclasses.replace(settings, affinity_block_tokens=block), now=0.0
+            )
         self._loop.start(fleet=fleet)
 
     def on_arrival(self, *, request: int, now: float) -> None:
         fleet = self._ready()
-        ask = Ask(id=RequestId(str(request)), prompt_tokens=fleet.prompt_tokens[request])
+        affine = self.admission.settings.affinity is AffinityMode.PREFIX
+        session = fleet.sessions[request]
+        ask = Ask(
+            id=RequestId(str(request)),
+            prompt_tokens=fleet.prompt_tokens[request],
+            prefix=tuple(fleet.block_hashes[request]) if affine else (),
+            session=str(session) if affine and session >= 0 else None,
+        )
         self._handle([self.admission.ask(ask=ask, now=now)], now)
 
     def on_finish(self, *, request: int, host: int, now: float) -> None:

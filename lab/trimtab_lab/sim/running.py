@@ -210,12 +210,13 @@ def _balancer(*, policy: PolicyName, scenario: Scenario, hosts: int, seed: int) 
             settings=policy_settings(scenario),
             observation=observation,
         )
-    if policy is PolicyName.TRIMTAB_PICKER:
+    if policy in (PolicyName.TRIMTAB_PICKER, PolicyName.TRIMTAB_PICKER_AFFINITY):
         return PickerBalancer(
             hosts=hosts,
             settings=policy_settings(scenario),
             admission=admission_settings(scenario),
             observation=observation,
+            affinity=policy is PolicyName.TRIMTAB_PICKER_AFFINITY,
         )
     return TrimtabBalancer(
         hosts=hosts, settings=policy_settings(scenario), observation=observation, rng=rng

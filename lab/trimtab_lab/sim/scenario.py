@@ -52,6 +52,7 @@ class PolicyName(enum.StrEnum):
     EPP = "epp"
     IDEAL = "ideal"
     TRIMTAB_PICKER = "trimtab_picker"
+    TRIMTAB_PICKER_AFFINITY = "trimtab_picker_affinity"
     ORACLE = "oracle"
     PREFIX_SCORER = "prefix_scorer"
     RING_HASH = "ring_hash"

@@ -11,6 +11,7 @@ from trimtab.admission.records import (
     AdmissionStats,
     Ask,
     Grant,
+    PickReason,
     PodCapacity,
     PodStats,
     Queued,
@@ -18,14 +19,16 @@ from trimtab.admission.records import (
     RefusalReason,
     RequestId,
 )
-from trimtab.admission.settings import AdmissionSettings
+from trimtab.admission.settings import AdmissionSettings, AffinityMode
 
 __all__ = [
     "Admission",
     "AdmissionSettings",
     "AdmissionStats",
+    "AffinityMode",
     "Ask",
     "Grant",
+    "PickReason",
     "PodCapacity",
     "PodStats",
     "Queued",

@@ -10,7 +10,10 @@ footprint larger than every pod's budget waits for an idle pod instead of foreve
 
 Among the pods that may take a request, the best is the one with the fewest requests in flight
 per unit of speed, then the most KV headroom, then the smallest name; the next ones, up to
-``max_fallbacks``, become its fallbacks.
+``max_fallbacks``, become its fallbacks. With prefix affinity on, a pod among those expected to
+hold the request's prompt prefix or session may go first instead, within the load guard of
+:mod:`trimtab.admission.affinity`; every grant says why its pod (:class:`PickReason`, counted in
+the stats).
 
 Requests that find no pod wait in one shared queue (priority classes, FIFO inside each; see
 :mod:`trimtab.admission.queueing`). Whenever capacity may have appeared (a release, a new pod
@@ -38,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence, Set
 
+from trimtab.admission.affinity import Affinity, Choice
 from trimtab.admission.choosing import PodIndex, best_of
 from trimtab.admission.pods import Flight, PodState
 from trimtab.admission.queueing import WaitingQueue
@@ -45,6 +49,7 @@ from trimtab.admission.records import (
     AdmissionStats,
     Ask,
     Grant,
+    PickReason,
     PodCapacity,
     PodStats,
     Queued,
@@ -52,7 +57,7 @@ from trimtab.admission.records import (
     RefusalReason,
     RequestId,
 )
-from trimtab.admission.settings import AdmissionSettings
+from trimtab.admission.settings import AdmissionSettings, AffinityMode
 from trimtab.api.records import PodName
 from trimtab.errors import SpecInvalid
 
@@ -87,6 +92,9 @@ class Admission:
         self._withdrawn = 0
         self._released = 0
         self._forgotten = 0
+        self._picks = dict.fromkeys(PickReason, 0)
+        self._hit_tokens = 0
+        self._affinity = _affinity_for(settings, None)
 
     @property
     def settings(self) -> AdmissionSettings:
@@ -97,6 +105,10 @@ class Admission:
         _check_type(settings, AdmissionSettings, "settings")
         _check_now(now)
         self._settings = settings
+        affinity = _affinity_for(settings, self._affinity)
+        if affinity is not None and affinity is not self._affinity:
+            affinity.set_pods(pods=self._pods.values())
+        self._affinity = affinity
         if settings.priority_classes != self._queue.classes:
             self._queue.reclass(classes=settings.priority_classes)
         results: list[Grant | Refusal] = []
@@ -140,6 +152,8 @@ class Admission:
         self._by_address = by_address
         self._index.rebuild(pods=fresh)
         self._largest_kv = _largest_kv(fresh.values())
+        if self._affinity is not None:
+            self._affinity.set_pods(pods=fresh.values())
         results: list[Grant | Refusal] = []
         if not fresh or (address_lost and self._queue.restricted):
             for waiting in list(self._queue):
@@ -180,8 +194,8 @@ class Admission:
             self._queue.ahead_of(priority=ask.priority) if self._queue else (False, _NOTHING)
         )
         if not everything:
-            chosen = self._choose(candidates, footprint=footprint, excluded=claimed, now=now)
-            if chosen:
+            chosen = self._choose(ask, candidates, footprint=footprint, excluded=claimed, now=now)
+            if chosen is not None:
                 return self._grant(ask, footprint=footprint, chosen=chosen, now=now)
         if len(self._queue) >= self._settings.queue_length:
             return self._refuse(ask.id, RefusalReason.QUEUE_FULL)
@@ -298,6 +312,8 @@ class Admission:
             withdrawn=self._withdrawn,
             released=self._released,
             forgotten=self._forgotten,
+            picks=dict(self._picks),
+            hit_tokens=self._hit_tokens,
         )
 
     def _candidates(self, subset: frozenset[str] | None) -> list[PodState] | None:
@@ -308,12 +324,13 @@ class Admission:
 
     def _choose(
         self,
+        ask: Ask,
         candidates: list[PodState] | None,
         *,
         footprint: int,
         excluded: Set[str],
         now: float,
-    ) -> list[PodState]:
+    ) -> Choice | None:
         kv_limit = self._settings.kv_limit
         stale_after_s = self._settings.stale_after_s
 
@@ -326,16 +343,26 @@ class Admission:
 
         limit = 1 + self._settings.max_fallbacks
         if candidates is None:
-            return self._index.best(passes=passes, limit=limit)
-        return best_of(pods=candidates, passes=passes, limit=limit)
+            normal = self._index.best(passes=passes, limit=limit)
+        else:
+            normal = best_of(pods=candidates, passes=passes, limit=limit)
+        if not normal:
+            return None
+        if self._affinity is None:
+            return Choice(pods=normal, reason=PickReason.NORMAL, hit_tokens=0)
+        return self._affinity.choose(
+            ask=ask, normal=normal, pods=self._pods.get, admissible=passes, limit=limit
+        )
 
-    def _grant(self, ask: Ask, *, footprint: int, chosen: list[PodState], now: float) -> Grant:
-        pod = chosen[0]
+    def _grant(self, ask: Ask, *, footprint: int, chosen: Choice, now: float) -> Grant:
+        pod = chosen.pods[0]
         grant = Grant(
             id=ask.id,
             pod=pod.capacity.name,
             address=pod.capacity.address,
-            fallbacks=tuple(other.capacity.address for other in chosen[1:]),
+            fallbacks=tuple(other.capacity.address for other in chosen.pods[1:]),
+            reason=chosen.reason,
+            hit_tokens=chosen.hit_tokens,
         )
         flight = Flight(
             id=ask.id,
@@ -350,6 +377,10 @@ class Admission:
         pod.rekey()
         self._index.update(pod)
         self._granted += 1
+        self._picks[chosen.reason] += 1
+        self._hit_tokens += chosen.hit_tokens
+        if self._affinity is not None:
+            self._affinity.record(pod=pod.capacity.name, ask=ask)
         return grant
 
     def _dispatch(self, *, now: float) -> list[Grant]:
@@ -362,9 +393,9 @@ class Admission:
             ask = waiting.ask
             candidates = self._candidates(ask.subset)
             chosen = self._choose(
-                candidates, footprint=waiting.footprint, excluded=excluded, now=now
+                ask, candidates, footprint=waiting.footprint, excluded=excluded, now=now
             )
-            if chosen:
+            if chosen is not None:
                 grants.append(self._grant(ask, footprint=waiting.footprint, chosen=chosen, now=now))
                 continue
             if ask.subset is None:
@@ -386,6 +417,18 @@ class Admission:
             status=503 if reason is RefusalReason.NO_ENDPOINT else 429,
             retry_after_s=self._settings.retry_after_s if retry else None,
         )
+
+
+def _affinity_for(settings: AdmissionSettings, current: Affinity | None) -> Affinity | None:
+    """The affinity ``settings`` ask for: ``current`` while its blocks still mean the same."""
+    if settings.affinity is AffinityMode.OFF:
+        return None
+    if current is not None and current.block_tokens == settings.affinity_block_tokens:
+        current.load_factor = settings.affinity_load_factor
+        return current
+    return Affinity(
+        block_tokens=settings.affinity_block_tokens, load_factor=settings.affinity_load_factor
+    )
 
 
 def _largest_kv(pods: Iterable[PodState]) -> int | None:

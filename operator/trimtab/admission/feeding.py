@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from trimtab.admission.records import PodCapacity
-from trimtab.admission.settings import AdmissionSettings
+from trimtab.admission.settings import AdmissionSettings, AffinityMode
 from trimtab.api.records import Decision, PodName, PodSample, PodState
-from trimtab.api.spec import AdmissionSpec
+from trimtab.api.spec import AdmissionSpec, PrefixAffinityMode
 
 __all__ = ["pod_capacities", "settings_from_spec"]
 
@@ -31,6 +31,12 @@ def settings_from_spec(*, admission: AdmissionSpec, stale_after_s: float) -> Adm
         stale_after_s=stale_after_s,
         priority_classes=admission.priority_classes,
         retry_after_s=float(admission.retry_after),
+        affinity=AffinityMode.PREFIX
+        if admission.affinity.mode is PrefixAffinityMode.PREFIX
+        else AffinityMode.OFF,
+        affinity_block_tokens=admission.affinity.block_tokens,
+        affinity_max_prefix_bytes=admission.affinity.max_prefix_bytes,
+        affinity_load_factor=admission.affinity.load_factor,
     )
 
 

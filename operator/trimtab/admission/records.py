@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NewType
 
 from trimtab.api.records import PodName
@@ -19,6 +19,7 @@ __all__ = [
     "AdmissionStats",
     "Ask",
     "Grant",
+    "PickReason",
     "PodCapacity",
     "PodStats",
     "Queued",
@@ -42,6 +43,22 @@ class RefusalReason(enum.Enum):
     TOO_LARGE = enum.auto()
     """The prompt alone exceeds the whole KV cache of every candidate pod, so no wait can help:
     HTTP 429 without Retry-After (413 is not in the EPP protocol)."""
+
+
+class PickReason(enum.Enum):
+    """Why a granted request went to its pod (counted per grant, logged by the picker)."""
+
+    NORMAL = enum.auto()
+    """Affinity off, or the request carried no prefix and no session."""
+    MISS = enum.auto()
+    """No admissible pod is believed to hold any of the prefix or the session."""
+    HIT = enum.auto()
+    """Sent to the admissible pod expected to skip the most prefill, within the load bound."""
+    LOAD_GUARD = enum.auto()
+    """The pod holding the most of the prefix was beyond the load bound: one holding less, or
+    the normal pick, won."""
+    NO_ROOM = enum.auto()
+    """The pods holding the prefix had no room for it (cap, KV or draining): the normal pick."""
 
 
 def _is_int(value: object) -> bool:
@@ -113,6 +130,11 @@ class Ask:
     """Priority class, 0 first; numbers past the last class join the last class."""
     subset: frozenset[str] | None = None
     """Allowed ``ip:port`` addresses (the EPP subset hint); None allows every pod."""
+    prefix: tuple[int, ...] = ()
+    """Chained block hashes of the prompt's leading full blocks
+    (:func:`trimtab.admission.prefix.prompt_block_hashes`), for prefix affinity."""
+    session: str | None = None
+    """A conversation key (the ``x-session-id`` header), for affinity without a body."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -127,6 +149,10 @@ class Ask:
             or not all(isinstance(address, str) for address in self.subset)
         ):
             problems.append(f"subset must be None or a frozenset of strings, got {self.subset!r}")
+        if not isinstance(self.prefix, tuple) or not all(_is_int(h) for h in self.prefix):
+            problems.append(f"prefix must be a tuple of integers, got {self.prefix!r}")
+        if self.session is not None and not isinstance(self.session, str):
+            problems.append(f"session must be None or a string, got {self.session!r}")
         if problems:
             raise SpecInvalid([f"ask {self.id!r}: {problem}" for problem in problems])
 
@@ -140,6 +166,9 @@ class Grant:
     address: str
     fallbacks: tuple[str, ...]
     """Other admissible addresses with room, best first (the EPP fallback list); may be empty."""
+    reason: PickReason = PickReason.NORMAL
+    hit_tokens: int = 0
+    """Prompt tokens the pod is expected to hold already (0 unless ``reason`` is HIT)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +234,10 @@ class AdmissionStats:
     """Slots given back by :meth:`Admission.release`."""
     forgotten: int
     """Slots dropped because their pod left the pod set."""
+    picks: Mapping[PickReason, int] = field(default_factory=dict)
+    """Grants per reason (every reason present, maybe 0, when built by :class:`Admission`)."""
+    hit_tokens: int = 0
+    """Prompt tokens of granted requests expected cached on their pod (sum of ``hit_tokens``)."""
 
     @property
     def refused_total(self) -> int:

@@ -6,12 +6,23 @@ A value outside its range raises :class:`trimtab.errors.SpecInvalid` naming the 
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, fields
 
 from trimtab.errors import SpecInvalid
 
-__all__ = ["AdmissionSettings"]
+__all__ = ["AdmissionSettings", "AffinityMode"]
+
+
+class AffinityMode(enum.Enum):
+    """Whether admission prefers pods believed to hold a request's prompt prefix."""
+
+    OFF = "off"
+    PREFIX = "prefix"
+    """Among the pods that may take a request now, prefer the one expected to skip the most
+    prefill (prefix blocks or session last sent there), under the load guard."""
+
 
 # (low, high, low_inclusive, high_inclusive) per field, next to the dataclass so the docstrings
 # and the checks cannot drift far apart.
@@ -25,6 +36,9 @@ _RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "priority_classes": (1, 64, True, True),
     "retry_after_s": (0.0, 86_400.0, True, True),
     "max_fallbacks": (0, 16, True, True),
+    "affinity_block_tokens": (1, 1_000_000, True, True),
+    "affinity_max_prefix_bytes": (0, 16 * 1024 * 1024, True, True),
+    "affinity_load_factor": (1.0, 100.0, True, True),
 }
 
 
@@ -67,16 +81,39 @@ class AdmissionSettings:
     max_fallbacks: int = 3
     """Most fallback addresses per grant (the EPP fallback list). 0..16. Default 3."""
 
+    affinity: AffinityMode = AffinityMode.OFF
+    """Prefix affinity (:mod:`trimtab.admission.affinity`). Default off."""
+
+    affinity_block_tokens: int = 512
+    """Tokens per hashed prefix block. A router's block, not the engine's: a match of ``k``
+    blocks means ``k * affinity_block_tokens`` identical leading tokens, which the engine
+    caches in its own smaller blocks (vLLM's 16), so keep it a multiple of those. Coarser
+    blocks hash less and index less; a prefix shorter than one block is never matched.
+    1..1,000,000. Default 512 (Mooncake's ``hash_ids`` granularity)."""
+
+    affinity_max_prefix_bytes: int = 65536
+    """Most request-body bytes the picker reads and hashes for a prefix. 0..16 MiB.
+    Default 64 KiB (about 16k tokens at 4 bytes a token)."""
+
+    affinity_load_factor: float = 1.25
+    """A pod holding the prefix wins only while, with the request, its in-flight count per
+    unit of speed stays within this factor of the least-loaded admissible pod's (with that
+    pod's request counted; rounded up to whole requests, as consistent hashing with bounded
+    loads does). [1, 100]. Default 1.25."""
+
     def __post_init__(self) -> None:
         problems = [
             problem
             for spec in fields(self)
-            if (
+            if spec.name in _RANGES
+            and (
                 problem := _check(
                     name=spec.name, value=getattr(self, spec.name), integral=spec.type == "int"
                 )
             )
         ]
+        if not isinstance(self.affinity, AffinityMode):
+            problems.append(f"affinity must be an AffinityMode, got {self.affinity!r}")
         if problems:
             raise SpecInvalid(problems)
 

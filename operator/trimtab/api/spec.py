@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 from trimtab.api.durations import Duration, DurationRange, DurationValue
 
 __all__ = [
+    "AdmissionAffinitySpec",
     "AdmissionMode",
     "AdmissionSpec",
     "AffinityMode",
@@ -44,6 +45,7 @@ __all__ = [
     "MetricsSource",
     "MetricsSpec",
     "PolicySpec",
+    "PrefixAffinityMode",
     "PrometheusSpec",
     "RetryOn",
     "RetrySpec",
@@ -558,6 +560,40 @@ class AdmissionMode(enum.StrEnum):
     PICKER = "picker"
 
 
+class PrefixAffinityMode(enum.StrEnum):
+    OFF = "off"
+    PREFIX = "prefix"
+
+
+class AdmissionAffinitySpec(_Model):
+    """Prefix-cache affinity in the picker, under a load guard (docs/picker.md)."""
+
+    mode: PrefixAffinityMode = Field(
+        default=PrefixAffinityMode.OFF,
+        description="off, or prefix: prefer the pod expected to hold the prompt's prefix "
+        "(hashed from the request body) or the x-session-id session, within loadFactor.",
+    )
+    block_tokens: int = Field(
+        default=512,
+        ge=16,
+        le=65_536,
+        description="Tokens per hashed prefix block (a multiple of the engine's KV block).",
+    )
+    max_prefix_bytes: int = Field(
+        default=65_536,
+        ge=0,
+        le=1_048_576,
+        description="Most request-body bytes the picker reads and hashes.",
+    )
+    load_factor: float = Field(
+        default=1.25,
+        ge=1,
+        le=100,
+        description="A cached pod wins only while its load, with the request, stays within "
+        "this factor of the least-loaded admissible pod's.",
+    )
+
+
 class AdmissionSpec(_Model):
     """Per-request admission by trimtab's endpoint picker: exact caps and one shared queue.
 
@@ -622,6 +658,9 @@ class AdmissionSpec(_Model):
     )
     retry_after: Annotated[Duration, DurationRange(at_least="10ms", at_most="10m")] = Field(
         default=DurationValue("1s"), description="Retry-After sent with a 429."
+    )
+    affinity: AdmissionAffinitySpec = Field(
+        default_factory=AdmissionAffinitySpec, description="Prefix-cache affinity."
     )
 
     @model_validator(mode="after")

@@ -53,6 +53,10 @@ async def run_local(
     must lie inside ``envoy_file_dir``, by default the pools file's directory.
     """
     loaded = await asyncio.to_thread(load_pools, pools_file)
+    if stop.is_set():
+        # Stopped while a large file was loading: start nothing only to stop it again.
+        logger.info("Stopped before balancing started")
+        return
     for problem in loaded.problems:
         logger.error("Not serving: %s", problem)
     pools = loaded.pools

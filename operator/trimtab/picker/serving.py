@@ -100,6 +100,10 @@ async def serve_picker(
         # Queued requests fail open at once (their streams end, Envoy uses the weights)
         # instead of waiting out the grace period.
         pools.close()
-        await server.stop(grace=grace_s)
-        registry.unregister(collector)
-        metrics.unregister()
+        try:
+            await server.stop(grace=grace_s)
+        finally:
+            # grpc.aio's stop can raise CancelledError from its own serving loop; the series
+            # must go anyway, or the next picker of this process cannot register them.
+            registry.unregister(collector)
+            metrics.unregister()
