@@ -31,7 +31,8 @@ NOTES = {
     "ring_hash": "Envoy ring hash with hash_balance_factor (bounded load)",
     "trimtab": "trimtab weights + caps through LEAST_REQUEST (no prefix knowledge)",
     "trimtab_ring": "trimtab weights bending the ring, caps as max_connections",
-    "trimtab_picker": "trimtab's admission picker, no affinity yet",
+    "trimtab_picker": "trimtab's admission picker, no affinity",
+    "trimtab_picker_affinity": "the picker with prefix affinity under its load guard (factor 1.25)",
     "ideal": "shared FIFO on fresh state, no prefix knowledge (reference)",
     "ideal_prefix": "ideal with every engine's cache known exactly (reference)",
 }

@@ -71,10 +71,16 @@ def test_every_policy_knob_reaches_the_policy() -> None:
     assert unchanged == []
 
 
+# spec.policy fields that shape only what Envoy is told (the cluster's load balancer), never a
+# decision: the policy has no twin for them.
+ENVOY_ONLY = {"affinity"}
+
+
 def test_spec_policy_has_a_field_per_knob() -> None:
     # stale_after_s lives in spec.metrics; every other knob has a spec.policy twin.
     knobs = {f.name.removesuffix("_s") for f in dataclasses.fields(PolicySettings)}
-    assert knobs - {"stale_after"} == set(type(parse_spec(BASE).policy).model_fields)
+    fields = set(type(parse_spec(BASE).policy).model_fields)
+    assert knobs - {"stale_after"} == fields - ENVOY_ONLY
 
 
 def _crd_bounds(field: str) -> tuple[float, float, bool, bool]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import httpx
 import kmock
 import pytest
 import pytest_asyncio
+import yaml
+from click.testing import CliRunner
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
@@ -33,7 +36,16 @@ from support.emulators import free_port
 from support.fakes import FakeMetrics, FakeSources, FakeTargets, RecordingTarget
 from support.gatewayapi import GIE, crd, validate_custom
 from support.kube import CRDS, VERBS, Cluster
-from trimtab.kube.inference_extension import PickerService
+from trimtab.api.spec import AdmissionMode, Engine, MetricsSource
+from trimtab.api.validation import parse_spec
+from trimtab.commands.envoy_bootstrap import envoy_bootstrap
+from trimtab.kube.inference_extension import (
+    FailureMode,
+    PickerService,
+    failure_mode,
+    refers_to,
+    trimtab_spec,
+)
 from trimtab.kube.running import OperatorConfig, run_operator
 from trimtab.targets.bootstrap import picker_load_balancing
 from trimtab_lab.envoy import EnvoyProcess
@@ -138,6 +150,10 @@ async def operator(kube: Cluster, *, picker_port: int) -> AsyncIterator[None]:
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=20)
+        # kopf cancels every task started while it ran, grpc.aio's own included, so the
+        # picker's server stops half torn down; collected later, in another test's event
+        # loop, its objects can crash the interpreter. Collect them while their loop lives.
+        gc.collect()
 
 
 def _request(*, headers: Mapping[str, str], hint: list[str] | None = None) -> Any:
@@ -173,6 +189,50 @@ async def pick(
                     return value.decode().split(",")
             return []
     return []
+
+
+def test_reference_policy_and_failure_mode_are_read_as_documented() -> None:
+    service = PickerService.parse("trimtab-picker", default_port=9002)
+    assert service == PickerService(name="trimtab-picker", port=9002)
+    assert PickerService.parse("epp:9100", default_port=9002).port == 9100
+    with pytest.raises(ValueError):
+        PickerService.parse("epp:x", default_port=9002)
+    body = gie_pool(name="llama", port=8000, ports=(8001,), picker_port=9002)
+    spec = body["spec"]
+    assert refers_to(gie_spec=spec, service=service)
+    assert not refers_to(gie_spec=spec, service=PickerService(name="trimtab-picker", port=1))
+    other_kind = {**spec, "endpointPickerRef": {**spec["endpointPickerRef"], "kind": "Pod"}}
+    assert not refers_to(gie_spec=other_kind, service=service)
+    assert failure_mode(spec) is FailureMode.FAIL_CLOSE
+    unset = {**spec, "endpointPickerRef": {"name": "trimtab-picker", "port": {"number": 9002}}}
+    assert failure_mode(unset) is FailureMode.FAIL_CLOSE  # the CRD's default
+    # Defaults without a policy; with one, its settings but never its members or targets,
+    # and admission is the picker's whatever the policy says.
+    plain = parse_spec(trimtab_spec(gie_spec=spec, policy=None))
+    assert plain.engine is Engine.VLLM and plain.metrics.source is MetricsSource.DIRECT
+    assert plain.admission.mode is AdmissionMode.PICKER
+    assert [p.number for p in plain.target_ports] == [8000, 8001]
+    assert plain.selector is not None and plain.selector.match_labels == LABELS
+    tuned = parse_spec(trimtab_spec(gie_spec=spec, policy={**policy_spec(cap=3), "engine": "tgi"}))
+    assert tuned.engine is Engine.TGI and tuned.policy.max_in_flight_per_pod == 3
+    assert tuned.admission.mode is AdmissionMode.PICKER
+    assert tuned.selector is not None and tuned.selector.match_labels == LABELS
+
+
+def test_envoy_bootstrap_failure_mode_sets_failure_mode_allow(tmp_path: Path) -> None:
+    def ext_proc_allows(*args: str) -> bool:
+        result = CliRunner().invoke(
+            envoy_bootstrap, ["--cluster", "llama", "--picker", "127.0.0.1:9002", *args]
+        )
+        assert result.exit_code == 0, result.output
+        config = yaml.safe_load(result.output)
+        hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        (ext,) = [f for f in hcm["typed_config"]["http_filters"] if f["name"].endswith("ext_proc")]
+        return bool(ext["typed_config"]["failure_mode_allow"])
+
+    assert ext_proc_allows()
+    assert ext_proc_allows("--picker-failure-mode", "FailOpen")
+    assert not ext_proc_allows("--picker-failure-mode", "FailClose")
 
 
 async def test_gie_pool_is_picked_with_its_pods_and_never_written(kube: Cluster) -> None:

@@ -15,17 +15,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 __all__ = [
+    "BODY_MODE",
     "DESTINATION_HEADER",
     "DESTINATION_NAMESPACE",
     "POOL_HEADER",
     "PRIORITY_HEADER",
     "PROMPT_TOKENS_HEADER",
     "SERVED_KEY",
+    "SESSION_HEADER",
     "SUBSET_KEY",
     "SUBSET_NAMESPACE",
     "RequestHead",
@@ -34,6 +37,7 @@ __all__ = [
     "destination",
     "immediate",
     "parse_request_head",
+    "request_body_wanted",
     "served_endpoint",
     "subset_hint",
 ]
@@ -47,6 +51,19 @@ POOL_HEADER = "x-trimtab-pool"
 """Names the pool: gRPC metadata set per route by the bootstrap, else this request header."""
 PRIORITY_HEADER = "x-trimtab-priority"
 PROMPT_TOKENS_HEADER = "x-trimtab-prompt-tokens"
+SESSION_HEADER = "x-session-id"
+
+BODY_MODE: dict[str, str] = {
+    "request_header_mode": "SEND",
+    "response_header_mode": "SEND",
+    "request_body_mode": "BUFFERED_PARTIAL",
+    "response_body_mode": "NONE",
+    "request_trailer_mode": "SKIP",
+    "response_trailer_mode": "SEND",
+}
+"""The processing mode the picker switches a request to when it wants its body (prefix
+affinity): the bootstrap's mode with the request body buffered, up to Envoy's buffer limit. The
+bootstrap allows exactly this override (``allowed_override_modes``)."""
 
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
@@ -59,6 +76,9 @@ class RequestHead:
     prompt_tokens: int | None
     content_length: int | None
     priority: int
+    session: str | None = None
+    has_body: bool = True
+    """False when the headers end the request (Envoy sends no body then)."""
 
 
 def parse_request_head(headers: Any) -> RequestHead:
@@ -69,6 +89,8 @@ def parse_request_head(headers: Any) -> RequestHead:
         prompt_tokens=_non_negative(values.get(PROMPT_TOKENS_HEADER)),
         content_length=_non_negative(values.get("content-length")),
         priority=_non_negative(values.get(PRIORITY_HEADER)) or 0,
+        session=values.get(SESSION_HEADER) or None,
+        has_body=not headers.end_of_stream,
     )
 
 
@@ -111,8 +133,13 @@ def expand_subset(hint: Iterable[str], addresses: Iterable[str]) -> frozenset[st
     )
 
 
-def destination(*, address: str, fallbacks: Sequence[str]) -> Any:
-    """Request headers answer naming the endpoint: header and ``envoy.lb`` metadata, same value."""
+def destination(*, address: str, fallbacks: Sequence[str], phase: str = "request_headers") -> Any:
+    """The answer naming the endpoint: header and ``envoy.lb`` metadata, same value.
+
+    ``phase`` is the message answered: ``request_headers``, or ``request_body`` when the pick
+    waited for the body (Envoy holds the headers while it buffers the body, so they can still
+    be changed).
+    """
     value = ",".join((address, *fallbacks))
     mutation = ext_proc.HeaderMutation(
         set_headers=[
@@ -124,11 +151,26 @@ def destination(*, address: str, fallbacks: Sequence[str]) -> Any:
     )
     metadata = struct_pb2.Struct()
     metadata.update({DESTINATION_NAMESPACE: {DESTINATION_HEADER: value}})
+    common = ext_proc.CommonResponse(header_mutation=mutation)
+    if phase == "request_body":
+        return ext_proc.ProcessingResponse(
+            request_body=ext_proc.BodyResponse(response=common), dynamic_metadata=metadata
+        )
     return ext_proc.ProcessingResponse(
-        request_headers=ext_proc.HeadersResponse(
-            response=ext_proc.CommonResponse(header_mutation=mutation)
-        ),
-        dynamic_metadata=metadata,
+        request_headers=ext_proc.HeadersResponse(response=common), dynamic_metadata=metadata
+    )
+
+
+def request_body_wanted() -> Any:
+    """Request headers answer asking Envoy for the request body before the pick."""
+    mode = processing_mode_pb2.ProcessingMode(
+        **{
+            key: getattr(processing_mode_pb2.ProcessingMode, value)
+            for key, value in BODY_MODE.items()
+        }
+    )
+    return ext_proc.ProcessingResponse(
+        request_headers=ext_proc.HeadersResponse(), mode_override=mode
     )
 
 

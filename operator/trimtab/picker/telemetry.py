@@ -30,6 +30,8 @@ class PassthroughReason(enum.Enum):
     """Why a request went on without a pick (Envoy's fallback policy chose)."""
 
     UNKNOWN_POOL = "unknown_pool"
+    NO_BODY = "no_body"
+    """Prefix affinity asked for the request body and none came (override not allowed)."""
 
 
 class StreamEnd(enum.Enum):
@@ -78,6 +80,24 @@ class PickerMetrics:
             ["pool", "end"],
             registry=registry,
         )
+        self.picks = Counter(
+            "trimtab_picker_picks_total",
+            "Grants by why their pod: normal, miss, hit, load_guard, no_room (prefix affinity).",
+            ["pool", "reason"],
+            registry=registry,
+        )
+        self.prefix_hit_tokens = Counter(
+            "trimtab_picker_prefix_hit_tokens_total",
+            "Prompt tokens routed to a pod believed to hold them already (prefix affinity).",
+            ["pool"],
+            registry=registry,
+        )
+        self.guard_trips = Counter(
+            "trimtab_picker_affinity_guard_trips_total",
+            "Grants where the pod holding the most of the prefix was beyond the load bound.",
+            ["pool"],
+            registry=registry,
+        )
         self.queue_wait = Histogram(
             "trimtab_picker_queue_wait_seconds",
             "Time a queued request waited in the shared queue until granted or shed.",
@@ -93,6 +113,9 @@ class PickerMetrics:
             self.passthrough,
             self.served_elsewhere,
             self.stream_ends,
+            self.picks,
+            self.prefix_hit_tokens,
+            self.guard_trips,
             self.queue_wait,
         ):
             self._registry.unregister(metric)

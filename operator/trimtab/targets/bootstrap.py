@@ -49,6 +49,15 @@ PICKER_CLUSTER = "trimtab_picker"
 LISTENER = "trimtab_ingress"
 _TYPES = "type.googleapis.com/envoy.extensions"
 _HTTP_OPTIONS = "upstreams.http.v3.HttpProtocolOptions"
+PICKER_BODY_MODE: dict[str, str] = {
+    "request_header_mode": "SEND",
+    "response_header_mode": "SEND",
+    "request_body_mode": "BUFFERED_PARTIAL",
+    "response_body_mode": "NONE",
+    "request_trailer_mode": "SKIP",
+    "response_trailer_mode": "SEND",
+}
+"""The mode the picker asks for to read a prompt (``trimtab.picker.protocol.BODY_MODE``)."""
 _HCM = "filters.network.http_connection_manager.v3.HttpConnectionManager"
 _PREVIOUS_HOSTS = "retry.host.previous_hosts.v3.PreviousHostsPredicate"
 
@@ -338,7 +347,10 @@ def picker_filters(options: BootstrapOptions) -> list[dict[str, Any]]:
 
     1. ``header_mutation`` drops a client's own destination headers: the pool cluster's
        ``override_host`` would otherwise obey them whenever the picker fails open.
-    2. ``ext_proc``: request headers, response headers and response trailers SEND, bodies NONE.
+    2. ``ext_proc``: request headers, response headers and response trailers SEND, bodies NONE;
+       for a pool with prefix affinity the picker switches a request to the request body
+       ``BUFFERED_PARTIAL`` (``allowed_override_modes``: that mode only), so it reads the
+       prompt up to Envoy's buffer limit (the listener's 1 MiB per-connection default).
        Trailers SEND keeps the stream open until the response ends (Envoy then half-closes it),
        which is when the picker frees the slot; with trailers SKIP Envoy closes it right after
        the response headers. ``failure_mode_allow``: picker down, slow or not ready → the request
@@ -365,6 +377,10 @@ def picker_filters(options: BootstrapOptions) -> list[dict[str, Any]]:
             "request_trailer_mode": "SKIP",
             "response_trailer_mode": "SEND",
         },
+        # Prefix affinity: the picker asks for a request's body in its headers answer; only
+        # that one mode may be asked for, so the response side stays as above.
+        "allow_mode_override": True,
+        "allowed_override_modes": [dict(PICKER_BODY_MODE)],
         "metadata_options": {
             "forwarding_namespaces": {"untyped": [_LB_NAMESPACE, _SUBSET_NAMESPACE]},
             "receiving_namespaces": {"untyped": [_LB_NAMESPACE]},
