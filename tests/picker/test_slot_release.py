@@ -119,7 +119,9 @@ async def test_replica_killed_mid_stream(tmp_path, recorded):
                 async for _ in chunks:
                     pass
         await _released_once(env, recorded[0])
-        assert _ends(env) == {"half_close": 1}
+        # Envoy half-closes the ext_proc stream on the upstream reset; on a busy machine its
+        # reset can reach the picker first as a cancel. Either way the slot is freed once.
+        assert _ends(env) in ({"half_close": 1}, {"cancelled": 1})
 
 
 async def test_refused_and_queued_requests_hold_nothing(tmp_path, recorded):
