@@ -2,7 +2,7 @@
 
 The emulator holds the real GIE CRD (``../shared/third_party``). A GIE ``InferencePool`` whose
 ``endpointPickerRef`` names trimtab's picker Service is served by the picker under
-``<namespace>/<name>`` with its selector's pods, one endpoint per target port; settings come
+``<namespace>/infpool/<name>`` with its selector's pods, one endpoint per target port; settings come
 from the trimtab pool its ``trimtab.io/policy`` annotation names; the GIE object is never
 written. With real Envoy configured as a GIE gateway configures it (ext_proc per the EPP
 protocol, override_host on the pool's endpoints), requests go through the picker with its caps,
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -150,10 +149,6 @@ async def operator(kube: Cluster, *, picker_port: int) -> AsyncIterator[None]:
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=20)
-        # kopf cancels every task started while it ran, grpc.aio's own included, so the
-        # picker's server stops half torn down; collected later, in another test's event
-        # loop, its objects can crash the interpreter. Collect them while their loop lives.
-        gc.collect()
 
 
 def _request(*, headers: Mapping[str, str], hint: list[str] | None = None) -> Any:
@@ -262,9 +257,9 @@ async def test_gie_pool_is_picked_with_its_pods_and_never_written(kube: Cluster)
             await asyncio.sleep(0.05)
         assert sorted(picked) == ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
         # By name, as x-trimtab-pool; the trimtab policy pool itself is not admitted (mode off).
-        named = await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/llama"})
+        named = await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/infpool/llama"})
         assert sorted(named) == sorted(picked)
-        assert await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/foreign"}) == []
+        assert await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/infpool/foreign"}) == []
         found = await eventually(
             lambda: kube.events(namespace=NAMESPACE, reason="PolicyFound"), within=10
         )
@@ -294,6 +289,17 @@ async def test_several_gie_pools_named_by_header_or_subset_hint(kube: Cluster) -
         kube,
         gie_pool(name="b", port=8000, ports=(8001,), picker_port=port, labels={"app": "b"}),
     )
+    await kube.put_pod(namespace=NAMESPACE, name="t-1", labels={"app": "t"}, ip="10.0.3.1")
+    await kube.create_pool(
+        namespace=NAMESPACE,
+        name="a",
+        spec={
+            **policy_spec(cap=3),
+            "selector": {"matchLabels": {"app": "t"}},
+            "admission": {"mode": "picker"},
+            "targets": [{"envoy": {"cluster": "a"}}],
+        },
+    )
     # A policy that does not exist: defaults, and a Warning on the GIE object.
     await create_gie(
         kube,
@@ -302,12 +308,16 @@ async def test_several_gie_pools_named_by_header_or_subset_hint(kube: Cluster) -
     async with operator(kube, picker_port=port):
         header_b: list[str] = []
         for _ in range(300):
-            header_b = await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/b"})
+            header_b = await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/infpool/b"})
             if header_b:
                 break
             await asyncio.sleep(0.05)
         assert sorted(header_b) == ["10.0.2.1:8000", "10.0.2.1:8001"]
-        assert await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/a"}) == ["10.0.1.1:8000"]
+        named_a = await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/infpool/a"})
+        assert named_a == ["10.0.1.1:8000"]
+        # A trimtab pool with the same name and admission on is a pool of its own.
+        trimtab_a = await pick(port, headers={"x-trimtab-pool": f"{NAMESPACE}/a"})
+        assert trimtab_a == ["10.0.3.1:8000"]
         # No name and several pools: the gateway's subset hint says which pool it is.
         assert await pick(port, hint=["10.0.1.1:8000"]) == ["10.0.1.1:8000"]
         assert await pick(port, hint=["10.0.2.1:8001"]) == ["10.0.2.1:8001"]

@@ -7,7 +7,7 @@ Ready pods its ``selector.matchLabels`` picks, one endpoint per pod and ``target
 its settings (engine, metrics, policy, admission) come from the trimtab ``InferencePool`` that
 the annotation ``trimtab.io/policy`` names in the same namespace, else the defaults (engine
 vllm, direct metrics). Admission is always the picker's: the gateway routes only where the
-picker says. The picker knows the pool as ``<namespace>/<name>``.
+picker says. The picker knows the pool as ``<namespace>/infpool/<name>``.
 
 Nothing is ever written to the GIE object, which belongs to its author and its gateways
 (``status.parents``): kopf only watches it (``@kopf.on.event``, no daemon, so no finalizer
@@ -122,8 +122,13 @@ def failure_mode(gie_spec: Mapping[str, Any]) -> FailureMode:
 
 
 def picker_pool_name(*, namespace: str, name: str) -> str:
-    """The picker's name of a GIE pool (the ``x-trimtab-pool`` value that selects it)."""
-    return f"{namespace}/{name}"
+    """The picker's name of a GIE pool (the ``x-trimtab-pool`` value that selects it).
+
+    trimtab pools are known by ``<namespace>/<cluster>`` and a cluster name has no ``/``, so
+    ``<namespace>/infpool/<name>`` never collides with one (a trimtab pool of the same name is
+    a common sight: the policy).
+    """
+    return f"{namespace}/infpool/{name}"
 
 
 def trimtab_spec(

@@ -153,6 +153,11 @@ async def run_operator(
             elector = tasks.start(
                 _elect(runtime=runtime, elector=leadership), name="leader election"
             )
+        # Started before kopf, so kopf's shutdown sweep leaves it alone: when the stop flag
+        # rises it stops the picker while kopf still waits for its own tasks, before kopf
+        # cancels every task it did not start (grpc.aio's call tasks among them, which would
+        # leave the picker's server half torn down).
+        guard = tasks.start(_stop_picker_on(stop, svc), name="picker stop on operator stop")
         try:
             await kopf.operator(
                 registry=registry,
@@ -168,8 +173,15 @@ async def run_operator(
                 ready_flag=ready,
             )
         finally:
-            await tasks.stop(elector)
+            await tasks.stop(elector, guard)
             await api.aclose()
+
+
+async def _stop_picker_on(stop: asyncio.Event, services: Services) -> None:
+    if services.picker is None:
+        return
+    await stop.wait()
+    await services.picker.stop()
 
 
 def _register_probe(*, registry: kopf.OperatorRegistry, services: Services) -> None:

@@ -10,6 +10,7 @@ only its own requests, so one live picker keeps every pod's cap exact.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -38,11 +39,41 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 class PickerServer:
     """A running picker: its bound port, its pools and its readiness switch."""
 
-    def __init__(self, *, pools: PickerPools, health: health.aio.HealthServicer, port: int) -> None:
+    def __init__(
+        self,
+        *,
+        pools: PickerPools,
+        health: health.aio.HealthServicer,
+        port: int,
+        server: grpc.aio.Server,
+        grace_s: float,
+    ) -> None:
         self.pools = pools
         self.port = port
         self._health = health
+        self._server = server
+        self._grace_s = grace_s
         self._ready = False
+        self._stopping: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        """Turn NOT_SERVING, drop waiting requests, give open streams the grace; idempotent.
+
+        An embedding runtime that cancels every task it did not start (kopf does, when it
+        stops) must call this first: grpc.aio serves each call in a task of its own, and a
+        server whose call tasks were cancelled under it is left half torn down.
+        """
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        self._ready = False
+        await self._health.enter_graceful_shutdown()
+        # Queued requests fail open at once (their streams end, Envoy uses the weights)
+        # instead of waiting out the grace period.
+        self.pools.close()
+        await self._server.stop(grace=self._grace_s)
 
     @property
     def ready(self) -> bool:
@@ -88,20 +119,22 @@ async def serve_picker(
     )
     collector = PoolsCollector(pools=pools.pools)
     registry.register(collector)
+    picker: PickerServer | None = None
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
         await server.start()
-        picker = PickerServer(pools=pools, health=checks, port=bound)
+        picker = PickerServer(
+            pools=pools, health=checks, port=bound, server=server, grace_s=grace_s
+        )
         await picker.set_ready(ready)
         logger.info("Picker serving ext_proc on %s:%d", host, bound)
         yield picker
     finally:
-        await checks.enter_graceful_shutdown()
-        # Queued requests fail open at once (their streams end, Envoy uses the weights)
-        # instead of waiting out the grace period.
-        pools.close()
         try:
-            await server.stop(grace=grace_s)
+            if picker is not None:
+                await picker.stop()
+            else:
+                await server.stop(grace=0)
         finally:
             # grpc.aio's stop can raise CancelledError from its own serving loop; the series
             # must go anyway, or the next picker of this process cannot register them.
