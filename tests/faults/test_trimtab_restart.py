@@ -28,6 +28,8 @@ RATE_PER_S = 4.0
 REQUESTS = 100
 KILL_AT_S = 6.0
 DOWN_S = 6.0
+IN_FLIGHT_PUSH_S = 0.5
+"""xDS pushes already sent when trimtab dies may reach Envoy this long after the kill."""
 
 
 async def test_sigkill_and_restart_under_load(tmp_path: Path) -> None:
@@ -82,12 +84,14 @@ async def test_sigkill_and_restart_under_load(tmp_path: Path) -> None:
         assert sorted(weights) == sorted(NAMES), weights
         assert min(weights.values()) >= 1, weights
         assert len(set(weights.values())) > 1, f"weights reset to equal: {weights}"
-    before = [w for t, w in log.samples if t < marks["kill"]]
+    # A push that left trimtab just before the SIGKILL may land a moment after it.
+    dead = marks["kill"] + IN_FLIGHT_PUSH_S
+    before = [w for t, w in log.samples if t < dead]
     served = before[-1]
-    after_kill = [w for t, w in log.samples if t >= marks["kill"]]
+    after_kill = [w for t, w in log.samples if t >= dead]
     print(f"Envoy at the kill {served}; after it {_changes(after_kill)}")
     changed = [i for i, w in enumerate(after_kill) if w != served]
-    restart_index = sum(1 for t, _ in log.samples if marks["kill"] <= t < marks["restart"])
+    restart_index = sum(1 for t, _ in log.samples if dead <= t < marks["restart"])
     assert not changed or changed[0] >= restart_index, "weights changed while trimtab was dead"
     held = after_kill[: changed[0]] if changed else after_kill
     assert held and all(w == served for w in held)
