@@ -126,10 +126,14 @@ class SharedQueue:
     and batch headroom, speed-aware. Ties go to the lowest index, so runs are deterministic.
     """
 
-    def __init__(self, *, reserve: float = 0.01) -> None:
+    def __init__(self, *, reserve: float = 0.01, prefix_aware: bool = False) -> None:
         if not 0.0 <= reserve < 1.0:
             raise ValueError(f"reserve must be in [0, 1), got {reserve!r}")
         self._reserve = reserve
+        self._prefix_aware = prefix_aware
+        """Know every engine's prefix cache exactly (``ideal_prefix``): a cached prefix costs no
+        prefill, and among near-equal first tokens the longest cached prefix wins. Without a
+        hit every estimate is the plain queue's, so the two agree on such traffic."""
         self._queue: deque[int] = deque()
         self._fleet: Fleet | None = None
 
@@ -148,23 +152,29 @@ class SharedQueue:
         assert fleet is not None
         while self._queue:
             head = self._queue[0]
-            host = self._choose(fleet=fleet, prompt=fleet.prompt_tokens[head], now=now)
+            host = self._choose(fleet=fleet, request=head, now=now)
             if host < 0:
                 return
             self._queue.popleft()
             fleet.send(request=head, host=host, now=now)
 
-    def _choose(self, *, fleet: Fleet, prompt: int, now: float) -> int:
-        """The host for a prompt of ``prompt`` tokens, or -1 when no replica can admit it."""
-        # (first token time, one iteration there, decode iteration time, host) per candidate.
-        candidates: list[tuple[float, float, float, int]] = []
+    def _choose(self, *, fleet: Fleet, request: int, now: float) -> int:
+        """The host for ``request``, or -1 when no replica can admit it now."""
+        prompt, hashes = fleet.prompt_tokens[request], fleet.block_hashes[request]
+        # (first token, one iteration there, -cached tokens, decode iteration, host).
+        candidates: list[tuple[float, float, int, float, int]] = []
         for host, replica in enumerate(fleet.replicas):
             state = fleet.observe(host=host, now=now)
             profile = replica.profile
             batch = state.running + state.waiting
             if batch >= profile.max_num_seqs:
                 continue
-            prefill = state.waiting_tokens + prompt
+            cached = (
+                replica.cached_prefix_tokens(block_hashes=hashes, prompt_tokens=prompt)
+                if self._prefix_aware
+                else 0
+            )
+            prefill = state.waiting_tokens + prompt - cached
             blocks = -(-prefill // profile.block_size)
             free = state.kv_blocks_total - state.kv_blocks_used
             floor = math.ceil((profile.watermark + self._reserve) * state.kv_blocks_total)
@@ -184,8 +194,9 @@ class SharedQueue:
                 )
                 / replica.speed
             )
-            candidates.append((first, iteration / replica.speed, decode, host))
+            candidates.append((first, iteration / replica.speed, -cached, decode, host))
         if not candidates:
             return -1
-        soonest, step, _, _ = min(candidates)
-        return min((c[2], c[0], c[3]) for c in candidates if c[0] <= soonest + step)[2]
+        soonest, step = min(candidates)[:2]
+        near = [c for c in candidates if c[0] <= soonest + step]
+        return min((c[2], c[3], c[0], c[4]) for c in near)[3]

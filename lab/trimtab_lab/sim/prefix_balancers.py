@@ -50,7 +50,6 @@ from trimtab_lab.sim.trimtab_balancer import Decided, Observation, PolicyLoop
 
 __all__ = [
     "HashRing",
-    "IdealPrefix",
     "PrefixScorer",
     "RequestKeys",
     "RingCluster",
@@ -350,75 +349,3 @@ class PrefixScorer:
             elif score == best_score:
                 best.append(host)
         return best[0] if len(best) == 1 else self._rng.choice(best)
-
-
-class IdealPrefix:
-    """The ``ideal`` shared FIFO, choosing with exact knowledge of every engine's cache."""
-
-    def __init__(self, *, reserve: float = 0.01) -> None:
-        if not 0.0 <= reserve < 1.0:
-            raise ValueError(f"reserve must be in [0, 1), got {reserve!r}")
-        self._reserve = reserve
-        self._queue: deque[int] = deque()
-        self._fleet: Fleet | None = None
-
-    def start(self, *, fleet: Fleet) -> None:
-        self._fleet = fleet
-
-    def on_arrival(self, *, request: int, now: float) -> None:
-        self._queue.append(request)
-        self._dispatch(now)
-
-    def on_finish(self, *, request: int, host: int, now: float) -> None:
-        self._dispatch(now)
-
-    def _dispatch(self, now: float) -> None:
-        fleet = self._fleet
-        assert fleet is not None
-        while self._queue:
-            head = self._queue[0]
-            host = self._choose(fleet=fleet, request=head, now=now)
-            if host < 0:
-                return
-            self._queue.popleft()
-            fleet.send(request=head, host=host, now=now)
-
-    def _choose(self, *, fleet: Fleet, request: int, now: float) -> int:
-        """The host for ``request``, or -1 when no replica can admit it now."""
-        prompt, hashes = fleet.prompt_tokens[request], fleet.block_hashes[request]
-        # (first token, one iteration there, -cached tokens, decode iteration, host).
-        candidates: list[tuple[float, float, int, float, int]] = []
-        # Without a cache hit every estimate is ``ideal``'s, so the two agree on such traffic.
-        for host, replica in enumerate(fleet.replicas):
-            state = fleet.observe(host=host, now=now)
-            profile = replica.profile
-            batch = state.running + state.waiting
-            if batch >= profile.max_num_seqs:
-                continue
-            cached = replica.cached_prefix_tokens(block_hashes=hashes, prompt_tokens=prompt)
-            prefill = state.waiting_tokens + prompt - cached
-            blocks = -(-prefill // profile.block_size)
-            free = state.kv_blocks_total - state.kv_blocks_used
-            floor = math.ceil((profile.watermark + self._reserve) * state.kv_blocks_total)
-            if batch > 0 and free - blocks < floor:
-                continue
-            kv_tokens = state.kv_blocks_used * profile.block_size
-            iteration = profile.step_time_s(seqs=batch + 1, kv_tokens=kv_tokens, prefill_tokens=0)
-            budget = max(1, profile.max_num_batched_tokens - state.running)
-            iterations = -(-prefill // budget)
-            prefill_s = iterations * iteration + profile.step_per_prefill_token_s * prefill
-            first = max(now, replica.now) + prefill_s / replica.speed
-            decode = (
-                profile.step_time_s(
-                    seqs=batch + 1,
-                    kv_tokens=kv_tokens + blocks * profile.block_size,
-                    prefill_tokens=0,
-                )
-                / replica.speed
-            )
-            candidates.append((first, iteration / replica.speed, -cached, decode, host))
-        if not candidates:
-            return -1
-        soonest, step = min(candidates)[:2]
-        near = [c for c in candidates if c[0] <= soonest + step]
-        return min((c[2], c[3], c[0], c[4]) for c in near)[3]

@@ -11,10 +11,10 @@ import random
 from collections.abc import Sequence
 
 from trimtab.policy import PolicySettings
+from trimtab_lab.sim.balancers import SharedQueue
 from trimtab_lab.sim.engine import Balancer
 from trimtab_lab.sim.prefix_balancers import (
     HashRing,
-    IdealPrefix,
     PrefixScorer,
     RequestKeys,
     RingCluster,
@@ -106,7 +106,7 @@ def prefix_balancer(
     if policy is PolicyName.PREFIX_SCORER:
         return PrefixScorer(spec=affinity.scorer, rng=rng)
     if policy is PolicyName.IDEAL_PREFIX:
-        return IdealPrefix()
+        return SharedQueue(prefix_aware=True)
     if policy is PolicyName.TRIMTAB_RING:
         return TrimtabRingBalancer(
             hosts=hosts, affinity=affinity, settings=settings, observation=observation
