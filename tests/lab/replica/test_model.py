@@ -13,21 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trimtab_lab.replica import EventKind, Replica, ReplicaProfile, RequestEvent, get_profile
+from trimtab_lab.replica import EventKind, Replica, RequestEvent, get_profile
 
-TINY = ReplicaProfile(
-    name="tiny",
-    num_gpu_blocks=64,
-    block_size=4,
-    max_num_seqs=8,
-    max_num_batched_tokens=32,
-    max_model_len=200,
-    watermark=0.0,
-    step_base_s=0.01,
-    step_per_seq_s=0.001,
-    step_per_kv_token_s=1e-5,
-    step_per_prefill_token_s=1e-4,
-)
+from .profiles import TINY
 
 requests = st.lists(
     st.tuples(
