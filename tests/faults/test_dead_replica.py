@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from support.emulators import Pod, free_port, pinned
+from support.localstack import Outcome, stream_one
 from trimtab.api.validation import parse_pool
 from trimtab.targets.bootstrap import BootstrapOptions, build_bootstrap, clusters_from_pools
-from trimtab_lab.emulator.fleet import DEFAULT_MODEL
 from trimtab_lab.envoy import EnvoyProcess
 from trimtab_lab.processes import ProcessGroup, RunningProcess
 
@@ -166,27 +166,6 @@ async def running_stack(name: str, *, ips: tuple[str, ...], workdir: Path) -> As
                 await stack.envoy.stop()
 
 
-@dataclass
-class Outcome:
-    sent_at: float
-    ok: bool
-    detail: str
-
-
-async def _one(client: httpx.AsyncClient, url: str, *, sent_at: float) -> Outcome:
-    body = {"model": DEFAULT_MODEL, "prompt_tokens": 200, "max_tokens": 24, "stream": True}
-    try:
-        async with client.stream("POST", url, json=body) as response:
-            data = b"".join([chunk async for chunk in response.aiter_bytes()])
-            if response.status_code != httpx.codes.OK:
-                return Outcome(sent_at, False, f"HTTP {response.status_code}")
-            if b"[DONE]" not in data:
-                return Outcome(sent_at, False, "stream broken")
-            return Outcome(sent_at, True, "ok")
-    except httpx.HTTPError as exc:
-        return Outcome(sent_at, False, type(exc).__name__)
-
-
 @dataclass(frozen=True)
 class Figures:
     sent: int
@@ -254,7 +233,7 @@ async def test_dead_replica_costs_no_more_with_unequal_weights(tmp_path: Path) -
                     restarted = True
                 for stack in (unequal, equal):
                     flights[stack.name].append(
-                        asyncio.create_task(_one(client, stack.url, sent_at=loop.time()))
+                        asyncio.create_task(stream_one(client, stack.url, sent_at=loop.time()))
                     )
             results = {name: list(await asyncio.gather(*tasks)) for name, tasks in flights.items()}
         figures = {

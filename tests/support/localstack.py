@@ -41,6 +41,7 @@ __all__ = [
     "WeightLog",
     "local_stack",
     "steady_load",
+    "stream_one",
     "wait_for",
 ]
 
@@ -231,7 +232,8 @@ class Outcome:
     detail: str
 
 
-async def _one(client: httpx.AsyncClient, url: str, *, sent_at: float) -> Outcome:
+async def stream_one(client: httpx.AsyncClient, url: str, *, sent_at: float) -> Outcome:
+    """One streamed completion; ok only with a 200 and the stream's ``[DONE]``."""
     body = {"model": DEFAULT_MODEL, "prompt_tokens": 200, "max_tokens": 24, "stream": True}
     try:
         async with client.stream("POST", url, json=body) as response:
@@ -264,7 +266,9 @@ async def steady_load(
                 if asyncio.iscoroutine(result):
                     await result
             flights.append(
-                tasks.start(_one(client, url, sent_at=loop.time() - start), name=f"req {index}")
+                tasks.start(
+                    stream_one(client, url, sent_at=loop.time() - start), name=f"req {index}"
+                )
             )
         return list(await asyncio.gather(*flights))
 
